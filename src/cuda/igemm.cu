@@ -1,0 +1,419 @@
+/* Host side of the fused implicit GEMM: plan -> kernel parameters, variant choice, launches, and the
+ * batch-norm statistics finalize kernel. Dispatch entries live in backend.cu. */
+#include "igemm_kernel.cuh"
+#include "igemm_host.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CF_CUDA_TRY(call)                                                                                   \
+    do {                                                                                                    \
+        cudaError_t e_ = (call);                                                                            \
+        if (e_ != cudaSuccess)                                                                              \
+            return cf_error(CF_STATUS_CUDA_ERROR, "%s: %s (%s)", #call, cudaGetErrorString(e_),             \
+                            cudaGetErrorName(e_));                                                          \
+    } while (0)
+
+/* ---- variants: NT (n8 tiles per channel chunk) x products (1 = TF32, 3 = 3xTF32) ---------------------- */
+
+typedef void (*ig_kernel_fn)(const cf_ig_params);
+
+struct ig_variant {
+    int nt, passes;
+    ig_kernel_fn fn;
+};
+
+/* One CTA of 256 threads per SM: with the 128-register cap of two per SM the NT=4/8 bodies spilled
+ * (ptxas -v: up to 2 KB of spill loads), so every variant takes the full register file for now. */
+static const ig_variant ig_variants[] = {
+    {4, 1, cf::cf_ig_kernel<4, 1, 1>},  {8, 1, cf::cf_ig_kernel<8, 1, 1>},  {16, 1, cf::cf_ig_kernel<16, 1, 1>},
+    {4, 3, cf::cf_ig_kernel<4, 3, 1>},  {8, 3, cf::cf_ig_kernel<8, 3, 1>},  {16, 3, cf::cf_ig_kernel<16, 3, 1>},
+};
+#define CF_IG_MAX_BLOCKS_PER_SM 2
+
+static ig_kernel_fn ig_pick(int nt, int passes)
+{
+    for (size_t i = 0; i < sizeof ig_variants / sizeof ig_variants[0]; ++i)
+        if (ig_variants[i].nt == nt && ig_variants[i].passes == passes)
+            return ig_variants[i].fn;
+    return NULL;
+}
+
+/* ---- geometry ------------------------------------------------------------------------------------------ */
+
+static int ig_taps_host(int transposed, int q, int stride, int pad, int dil, int k)
+{
+    int n = 0;
+    for (int kk = 0; kk < k; ++kk) {
+        if (transposed) {
+            const int num = q + pad - kk * dil;
+            if (((num % stride) + stride) % stride == 0)
+                ++n;
+        } else {
+            ++n;
+        }
+    }
+    return n;
+}
+
+static bool is_affine_op(cf_op_kind_t k)
+{
+    return k == CF_OP_ADD_CHANNEL || k == CF_OP_MUL_SCALAR || k == CF_OP_ADD_SCALAR || k == CF_OP_AFFINE_CHANNEL ||
+           k == CF_OP_BATCH_NORM;
+}
+
+static int stage_kind_of(cf_op_kind_t k)
+{
+    switch (k) {
+    case CF_OP_SOFTMAX_CHANNELS: return CF_IG_SOFTMAX;
+    case CF_OP_SIGMOID: return CF_IG_SIGMOID;
+    case CF_OP_RELU: return CF_IG_RELU;
+    case CF_OP_TANH: return CF_IG_TANH;
+    case CF_OP_GELU: return CF_IG_GELU;
+    default: return CF_IG_AFFINE;
+    }
+}
+
+int cf_ig_products(const struct cf_plan *plan)
+{
+    if (plan->math == CF_MATH_STRICT_F32)
+        return 3;
+    if (plan->math == CF_MATH_TF32)
+        return 1;
+    /* Default: TF32 like PyTorch's convolutions, except batch-norm / per-channel affine chains, whose
+     * division by the batch std amplifies TF32 product rounding past 1e-4 (docs/kb2_73.md). */
+    for (int i = 0; i < plan->chain.length; ++i)
+        if (plan->chain.ops[i].kind == CF_OP_BATCH_NORM || plan->chain.ops[i].kind == CF_OP_AFFINE_CHANNEL)
+            return 3;
+    return 1;
+}
+
+int cf_ig_bn_train_index(const struct cf_plan *plan)
+{
+    for (int i = 0; i < plan->chain.length; ++i)
+        if (plan->chain.ops[i].kind == CF_OP_BATCH_NORM && plan->chain.ops[i].bn_mode == CF_BN_TRAINING)
+            return i;
+    return -1;
+}
+
+static int smem_optin_bytes(void)
+{
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return 48 * 1024;
+    return v;
+}
+
+/* Everything about the launch that depends only on the plan (no pointers). Writes why on failure. */
+static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, char *why, size_t why_size)
+{
+    const cf_conv_desc_t *d = &plan->conv;
+    memset(p, 0, sizeof *p);
+    const int64_t hw = d->h * d->w, ohw = plan->oh * plan->ow;
+    if (d->c_in * hw >= INT32_MAX || d->c_out * ohw >= INT32_MAX || d->kh * d->kw > CF_IG_MAX_TAPS ||
+        d->n > INT32_MAX || d->c_out > 4096 || d->c_in > 65536) {
+        snprintf(why, why_size, "per-image sizes past the kernel's 32-bit plane offsets or tap table "
+                                "(C_in*H*W, C_out*OH*OW < 2^31, KH*KW <= %d, C_out <= 4096)", CF_IG_MAX_TAPS);
+        return false;
+    }
+    p->n = (int)d->n; p->cin = (int)d->c_in; p->h = (int)d->h; p->w = (int)d->w; p->cout = (int)d->c_out;
+    p->oh = (int)plan->oh; p->ow = (int)plan->ow; p->kh = (int)d->kh; p->kw = (int)d->kw;
+    p->transposed = d->kind == CF_CONV_TRANSPOSE_2D;
+    p->stride_h = (int)d->stride_h; p->stride_w = (int)d->stride_w; p->pad_h = (int)d->pad_h;
+    p->pad_w = (int)d->pad_w; p->dil_h = (int)d->dil_h; p->dil_w = (int)d->dil_w;
+    p->sh = p->transposed ? p->stride_h : 1;
+    p->sw = p->transposed ? p->stride_w : 1;
+    p->nphase = p->sh * p->sw;
+    if (p->nphase > CF_IG_MAX_PHASES) {
+        snprintf(why, why_size, "stride %dx%d gives %d phases (> %d)", p->stride_h, p->stride_w, p->nphase,
+                 CF_IG_MAX_PHASES);
+        return false;
+    }
+    p->cin_pad = (p->cin + 7) / 8 * 8;
+    p->kc = p->cin_pad / 8;
+    const int nt_need = (p->cout + 7) / 8;
+    const int nt = nt_need <= 4 ? 4 : nt_need <= 8 ? 8 : 16;
+    p->nchunk = (nt_need + nt - 1) / nt;
+    p->nt_total = p->nchunk * nt;
+
+    int64_t tiles = 0;
+    int max_taps = 0;
+    for (int q = 0; q < p->nphase; ++q) {
+        const int qh = q / p->sw, qw = q % p->sw;
+        const int64_t ph = (p->oh - qh + p->sh - 1) / p->sh, pw = (p->ow - qw + p->sw - 1) / p->sw;
+        p->tile_start[q] = (int)tiles;
+        tiles += (d->n * ph * pw + CF_IG_TILE_M - 1) / CF_IG_TILE_M;
+        const int taps = ig_taps_host(p->transposed, qh, p->stride_h, p->pad_h, p->dil_h, p->kh) *
+                         ig_taps_host(p->transposed, qw, p->stride_w, p->pad_w, p->dil_w, p->kw);
+        if (taps > max_taps)
+            max_taps = taps;
+        if (tiles >= INT32_MAX) {
+            snprintf(why, why_size, "more than 2^31 pixel tiles");
+            return false;
+        }
+    }
+    p->tile_start[p->nphase] = (int)tiles;
+    p->num_tiles = (int)tiles;
+
+    /* stages of the full chain (the statistics pass uses a prefix, see ig_stages) */
+    int softmax = 0, bn_train = 0, ntables = 0, nstage = 0;
+    bool last_affine = true; /* stage 0 is always AFFINE (conv bias + leading affine ops) */
+    nstage = 1;
+    ntables = 1;
+    for (int i = 0; i < plan->chain.length; ++i) {
+        const cf_op_kind_t k = plan->chain.ops[i].kind;
+        softmax += k == CF_OP_SOFTMAX_CHANNELS;
+        bn_train += k == CF_OP_BATCH_NORM && plan->chain.ops[i].bn_mode == CF_BN_TRAINING;
+        if (is_affine_op(k)) {
+            if (!last_affine) {
+                ++nstage;
+                ++ntables;
+            }
+            last_affine = true;
+        } else {
+            ++nstage;
+            last_affine = false;
+        }
+    }
+    if (softmax > 1 || bn_train > 1) {
+        snprintf(why, why_size, "the fused kernel takes at most one softmax_channels and one training batch_norm "
+                                "per chain (this one has %d and %d)", softmax, bn_train);
+        return false;
+    }
+    p->ntables = ntables;
+    (void)nstage;
+
+    /* shared memory: B resident if the largest phase fits next to the tables and statistics */
+    const int passes = cf_ig_products(plan);
+    const size_t limit = (size_t)smem_optin_bytes();
+    p->stats_mode = bn_train > 0; /* size the statistics buffers in */
+    p->b_floats = 0;
+    const size_t fixed = cf_ig_smem_bytes(p, nt);
+    const size_t b_full = (size_t)max_taps * p->kc * p->nt_total * 64 * 4;
+    if (fixed + b_full <= limit) {
+        p->resident = 1;
+        p->b_floats = (int)(b_full / 4);
+    } else {
+        const size_t per_ks = (size_t)nt * 64 * 4;
+        if (fixed + per_ks > limit) {
+            snprintf(why, why_size, "C_out=%d needs %zu bytes of shared memory for tables and statistics (limit %zu)",
+                     p->cout, fixed + per_ks, limit);
+            return false;
+        }
+        size_t kblk = (limit - fixed) / per_ks;
+        if (kblk > 32)
+            kblk = 32;
+        p->resident = 0;
+        p->kblk = (int)kblk;
+        p->b_floats = (int)(kblk * per_ks / 4);
+    }
+    p->stats_mode = 0;
+    (void)passes;
+    *nt_out = nt;
+    return true;
+}
+
+/* Fill the op table and the stage program for chain ops [0, op_end). BN training folds from ws. */
+static void ig_stages(const struct cf_plan *plan, const cf_args_t *args, int op_end, const float *bn_scale,
+                      const float *bn_shift, cf_ig_params *p)
+{
+    p->nops = op_end;
+    for (int i = 0; i < op_end; ++i) {
+        const cf_op_t *o = &plan->chain.ops[i];
+        cf_ig_op *d = &p->op[i];
+        memset(d, 0, sizeof *d);
+        d->kind = o->kind;
+        d->scalar = o->scalar;
+        d->eps = o->eps;
+        d->a = args->ops[i].channel_a;
+        d->b = args->ops[i].channel_b;
+        d->rm = args->ops[i].running_mean;
+        d->rv = args->ops[i].running_var;
+        if (o->kind == CF_OP_BATCH_NORM && o->bn_mode == CF_BN_TRAINING) {
+            d->bn_folded = 1;
+            d->a = bn_scale;
+            d->b = bn_shift;
+        }
+    }
+    int ns = 0, nt = 0;
+    p->softmax_stage = -1;
+    p->stage[0].kind = CF_IG_AFFINE;
+    p->stage[0].op_begin = p->stage[0].op_end = 0;
+    p->stage[0].with_bias = 1;
+    p->stage[0].table = nt++;
+    ns = 1;
+    for (int i = 0; i < op_end; ++i) {
+        const cf_op_kind_t k = plan->chain.ops[i].kind;
+        if (is_affine_op(k)) {
+            if (p->stage[ns - 1].kind != CF_IG_AFFINE) {
+                cf_ig_stage *s = &p->stage[ns++];
+                s->kind = CF_IG_AFFINE;
+                s->op_begin = i;
+                s->with_bias = 0;
+                s->table = nt++;
+            }
+            p->stage[ns - 1].op_end = i + 1;
+        } else {
+            cf_ig_stage *s = &p->stage[ns++];
+            s->kind = stage_kind_of(k);
+            s->op_begin = s->op_end = i;
+            s->with_bias = 0;
+            s->table = -1;
+            if (s->kind == CF_IG_SOFTMAX)
+                p->softmax_stage = ns - 1;
+        }
+    }
+    p->nstage = ns;
+    p->ntables = nt > p->ntables ? nt : p->ntables; /* never below what ig_shape sized */
+}
+
+bool cf_ig_supports(const struct cf_plan *plan, int products, bool chunked, char *why, size_t why_size)
+{
+    cf_ig_params p;
+    int nt = 0;
+    if (!ig_shape(plan, &p, &nt, why, why_size))
+        return false;
+    if (cf_ig_products(plan) != products) {
+        snprintf(why, why_size, "math mode resolves to %s products", cf_ig_products(plan) == 3 ? "3xTF32" : "TF32");
+        return false;
+    }
+    bool softmax = false;
+    for (int i = 0; i < plan->chain.length; ++i)
+        softmax |= plan->chain.ops[i].kind == CF_OP_SOFTMAX_CHANNELS;
+    const bool needs_chunks = softmax && p.nchunk > 1;
+    if (needs_chunks != chunked) {
+        snprintf(why, why_size, needs_chunks ? "C_out=%d spans %d channel chunks: the two-visit softmax path serves it"
+                                             : "C_out=%d fits one channel chunk (%d): the single-visit path serves it",
+                 p.cout, p.nchunk);
+        return false;
+    }
+    return true;
+}
+
+size_t cf_ig_workspace_bytes(const struct cf_plan *plan)
+{
+    if (cf_ig_bn_train_index(plan) < 0)
+        return 0;
+    cf_ig_params p;
+    int nt = 0;
+    char why[256];
+    if (!ig_shape(plan, &p, &nt, why, sizeof why))
+        return 0;
+    const size_t cpad = (size_t)p.nt_total * 8;
+    const size_t blocks = (size_t)plan->device_sm_count * CF_IG_MAX_BLOCKS_PER_SM;
+    return (blocks * cpad * 3 + 2 * cpad) * sizeof(float);
+}
+
+/* Merge per-CTA (count, mean, M2) in fixed order, in double (deterministic); fold gamma/beta into
+ * scale/shift; update the running statistics as torch.nn.BatchNorm2d does. One block. */
+__global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, int cpad, int cout, double eps, double momentum,
+                                      const float *gamma, const float *beta, float *rm, float *rv, int64_t *nbt,
+                                      float *scale, float *shift)
+{
+    __shared__ double factor;
+    if (threadIdx.x == 0) {
+        double f = momentum;
+        if (nbt) {
+            const int64_t v = *nbt + 1;
+            *nbt = v;
+            if (momentum < 0)
+                f = 1.0 / (double)v;
+        }
+        factor = f;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < cout; c += blockDim.x) {
+        double n = 0, mean = 0, m2 = 0;
+        for (int b = 0; b < nblocks; ++b) {
+            const float *s = stats + ((size_t)b * cpad + c) * 3;
+            const double nb = (double)__float_as_int(s[0]);
+            if (nb == 0)
+                continue;
+            const double mb = s[1], qb = s[2];
+            const double nn = n + nb, delta = mb - mean;
+            mean += delta * nb / nn;
+            m2 += qb + delta * delta * n * nb / nn;
+            n = nn;
+        }
+        const double var = m2 / n;
+        const double inv = 1.0 / sqrt(var + eps);
+        const double sc = (gamma ? (double)gamma[c] : 1.0) * inv;
+        scale[c] = (float)sc;
+        shift[c] = (float)((beta ? (double)beta[c] : 0.0) - mean * sc);
+        if (rm && rv) {
+            const double f = factor;
+            rm[c] = (float)((1.0 - f) * rm[c] + f * mean);
+            rv[c] = (float)((1.0 - f) * rv[c] + f * (n > 1 ? m2 / (n - 1) : NAN));
+        }
+    }
+}
+
+static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_count, int max_grid,
+                             cudaStream_t stream, int *grid_out)
+{
+    ig_kernel_fn fn = ig_pick(nt, passes);
+    if (!fn)
+        return cf_error(CF_STATUS_INTERNAL_ERROR, "no kernel variant NT=%d products=%d", nt, passes);
+    const size_t smem = cf_ig_smem_bytes(p, nt);
+    CF_CUDA_TRY(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int per_sm = 0;
+    CF_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn, CF_IG_THREADS, smem));
+    if (per_sm < 1)
+        return cf_error(CF_STATUS_INTERNAL_ERROR, "kernel NT=%d does not fit an SM with %zu bytes of smem", nt, smem);
+    if (per_sm > CF_IG_MAX_BLOCKS_PER_SM)
+        per_sm = CF_IG_MAX_BLOCKS_PER_SM;
+    int grid = sm_count * per_sm;
+    if (max_grid > 0 && grid > max_grid)
+        grid = max_grid;
+    if (grid > p->num_tiles)
+        grid = p->num_tiles;
+    fn<<<grid, CF_IG_THREADS, smem, stream>>>(*p);
+    CF_CUDA_TRY(cudaGetLastError());
+    if (grid_out)
+        *grid_out = grid;
+    if (cf_verbose("launch"))
+        fprintf(stderr, "convfuse: launch: igemm NT=%d products=%d grid=%d smem=%zu resident=%d chunks=%d stats=%d\n",
+                nt, passes, grid, smem, p->resident, p->nchunk, p->stats_mode);
+    return CF_STATUS_SUCCESS;
+}
+
+cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, void *workspace, void *stream_ptr)
+{
+    cudaStream_t stream = (cudaStream_t)stream_ptr;
+    cf_ig_params p;
+    int nt = 0;
+    char why[256];
+    if (!ig_shape(plan, &p, &nt, why, sizeof why))
+        return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
+    const int passes = cf_ig_products(plan);
+    p.src = args->src;
+    p.wei = args->wei;
+    p.bia = plan->conv.has_bias ? args->bia : NULL;
+    p.dst = args->dst;
+    const int bn = cf_ig_bn_train_index(plan);
+    const int cpad = p.nt_total * 8;
+    float *ws_stats = (float *)workspace, *ws_scale = NULL, *ws_shift = NULL;
+    if (bn >= 0) {
+        const int max_blocks = plan->device_sm_count * CF_IG_MAX_BLOCKS_PER_SM;
+        ws_scale = ws_stats + (size_t)max_blocks * cpad * 3;
+        ws_shift = ws_scale + cpad;
+        cf_ig_params ps = p;
+        ig_stages(plan, args, bn, NULL, NULL, &ps);
+        ps.stats_mode = 1;
+        ps.stats = ws_stats;
+        int grid = 0;
+        cf_status_t st = ig_launch(&ps, nt, passes, plan->device_sm_count, max_blocks, stream, &grid);
+        if (st != CF_STATUS_SUCCESS)
+            return st;
+        const cf_op_t *o = &plan->chain.ops[bn];
+        const cf_op_args_t *oa = &args->ops[bn];
+        cf_bn_finalize_kernel<<<1, 256, 0, stream>>>(ws_stats, grid, cpad, p.cout, o->eps, o->momentum, oa->channel_a,
+                                                     oa->channel_b, oa->running_mean, oa->running_var,
+                                                     oa->num_batches_tracked, ws_scale, ws_shift);
+        CF_CUDA_TRY(cudaGetLastError());
+    }
+    ig_stages(plan, args, plan->chain.length, ws_scale, ws_shift, &p);
+    return ig_launch(&p, nt, passes, plan->device_sm_count, 0, stream, NULL);
+}

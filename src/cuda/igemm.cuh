@@ -1,0 +1,97 @@
+/* Fused implicit-GEMM convolution + chain epilogue on tensor cores (mma.sync m16n8k8 TF32).
+ *
+ * One kernel body serves conv2d and conv_transpose2d. A transposed convolution with stride s splits into
+ * s_h*s_w "phases" (output rows oh = qh + s_h*j, columns ow = qw + s_w*i); inside a phase every output
+ * pixel uses the same taps, and input row ih = j + c_h[tap] (a plain shifted convolution). conv2d is the
+ * single phase with ih = stride_h*j + c_h[tap]. So for every phase:
+ *     GEMM  M = N*PH*PW pixels,  N = C_out,  K = taps * C_in,
+ *     A[m][(tap,ci)] = src[n, ci, a_h*j + c_h[tap], a_w*i + c_w[tap]]  (0 outside the image),
+ *     B[(tap,ci)][co] = wei[.., kh(tap), kw(tap)].
+ *
+ * Work split: a persistent grid; each CTA takes a contiguous range of 256-pixel tiles (tiles are ordered
+ * phase by phase) and keeps its phase's whole B in shared memory when it fits ("resident"), otherwise
+ * streams B in K blocks. 8 warps; a warp owns 32 pixels x one chunk of 8*NT channels, so a channel softmax
+ * over a chunk needs only quad shuffles.
+ *
+ * Preconditions (checked by the host before launch, see igemm.cu):
+ *   - channel softmax: when C_out > 8*NT the channel chunks are visited twice per tile (online max/sum,
+ *     then recompute and write): no intermediate in device memory;
+ *   - per image, C_in*H*W and C_out*OH*OW < 2^31 elements (batch offsets are 64-bit);
+ *   - at most CF_IG_MAX_PHASES phases and CF_IG_MAX_TAPS taps per phase.
+ */
+#ifndef CONVFUSE_CUDA_IGEMM_CUH
+#define CONVFUSE_CUDA_IGEMM_CUH
+
+#include "convfuse.h"
+
+#define CF_IG_WARPS 8
+#define CF_IG_THREADS (CF_IG_WARPS * 32)
+#define CF_IG_TILE_M (CF_IG_WARPS * 32) /* pixels per tile: 32 per warp (two m16 tiles) */
+#define CF_IG_MAX_PHASES 64
+#define CF_IG_MAX_TAPS 128
+
+/* Epilogue stages. Consecutive per-channel affine ops (conv bias, add_channel, mul/add_scalar,
+ * affine_channel, batch_norm) are folded into one AFFINE stage, x*a[c] + b[c], at CTA start in double. */
+enum cf_ig_stage_kind {
+    CF_IG_AFFINE = 0,
+    CF_IG_SOFTMAX,
+    CF_IG_SIGMOID,
+    CF_IG_RELU,
+    CF_IG_TANH,
+    CF_IG_GELU,
+};
+
+/* One chain op as the device sees it. batch_norm in training mode, applied after the statistics pass,
+ * reads its folded scale/shift from the workspace (bn_folded = 1, a = scale, b = shift). */
+struct cf_ig_op {
+    int kind;      /* cf_op_kind_t */
+    int bn_folded; /* batch_norm: a/b already hold scale/shift (training, from the statistics pass) */
+    double scalar; /* mul/add_scalar */
+    double eps;    /* batch_norm inference */
+    const float *a, *b, *rm, *rv;
+};
+
+struct cf_ig_stage {
+    int kind;               /* cf_ig_stage_kind */
+    int op_begin, op_end;   /* AFFINE: ops folded, [op_begin, op_end) */
+    int with_bias;          /* AFFINE: the conv bias is folded in first */
+    int table;              /* AFFINE: index of its per-channel (a, b) table in shared memory */
+};
+
+struct cf_ig_params {
+    const float *src, *wei, *bia;
+    float *dst;
+    int n, cin, h, w, cout, oh, ow, kh, kw;
+    int transposed;
+    int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+    int sh, sw;             /* phases per dimension (stride for transposed, 1 for conv2d) */
+    int cin_pad, kc;        /* C_in rounded up to 8; k8 steps per tap = cin_pad / 8 */
+    int nt_total, nchunk;   /* n8 tiles over C_out; channel chunks of 8*NT */
+    int resident;           /* whole B of a phase stays in shared memory */
+    int kblk;               /* streaming: k8 steps per B block */
+    int b_floats;           /* floats of the B buffer in shared memory */
+    int nphase;
+    int tile_start[CF_IG_MAX_PHASES + 1]; /* prefix sums of 256-pixel tiles per phase */
+    int num_tiles;
+    int nstage, softmax_stage, ntables;
+    struct cf_ig_stage stage[CF_CHAIN_MAX_OPS + 1];
+    int nops;
+    struct cf_ig_op op[CF_CHAIN_MAX_OPS];
+    int stats_mode;         /* 1: no store; per-CTA per-channel (count, mean, M2) into stats */
+    float *stats;           /* [gridDim.x][cout_pad][3]: count, mean, M2 */
+};
+
+/* Shared-memory bytes the kernel needs for these parameters. */
+static inline size_t cf_ig_smem_bytes(const struct cf_ig_params *p, int nt)
+{
+    size_t bytes = (size_t)p->b_floats * 4;                   /* B fragments */
+    bytes += (size_t)p->ntables * p->nt_total * 8 * 8;        /* affine tables, float2 per channel */
+    bytes += (size_t)3 * CF_IG_MAX_TAPS * 4;                  /* tap tables */
+    if (p->stats_mode) {
+        bytes += (size_t)CF_IG_WARPS * 8 * nt * 2 * 4 + CF_IG_WARPS * 4; /* per-warp partials + counts */
+        bytes += (size_t)p->nt_total * 8 * 3 * 4;                         /* CTA running stats */
+    }
+    return bytes;
+}
+
+#endif

@@ -1,0 +1,270 @@
+"""The CUDA backend against eager PyTorch on the device, in float64 and fp32 (TF32 off), atol=rtol=1e-4.
+
+Randomized, seeded shapes and values for the two problem chains (KB2-91: transposed conv + softmax + add_channel +
+mul_scalar + sigmoid; KB2-73: conv + batch_norm train/eval + mul_scalar, and conv + affine_channel), their default
+shapes, every math mode. Outputs are NaN-poisoned before each run. Run with -s to see max abs err and ||err||/||ref||
+against float64 for every case; a failure prints the case's one-line reproducer.
+Skips (visibly) without a CUDA device or without the CUDA backend in the library."""
+
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+
+import convfuse
+from cf_testlib import Case, conv_kwargs, convfuse_chain, eager, errors, materialize, random_case, snapshot_bn
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+try:
+    _info = convfuse.info()
+except Exception as e:  # noqa: BLE001 - any load failure is a reason to skip, shown to the user
+    pytest.skip(f"convfuse library not loadable: {e}", allow_module_level=True)
+if not _info.get("cuda_available"):
+    pytest.skip(f"convfuse built without CUDA or no sm_90 device ({_info.get('library_version_string')})",
+                allow_module_level=True)
+
+DEV = torch.device("cuda")
+SEED = 9120261
+TOL = dict(atol=1e-4, rtol=1e-4)
+KB91_CHAIN = [("softmax_channels",), ("add_channel",), ("mul_scalar", 2.0), ("sigmoid",)]
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32_reference():
+    """The fp32 reference is true fp32: PyTorch's TF32 convolutions would be a moving target."""
+    old = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def gpu_case(case, gen, math="default", check_state=True):
+    t = materialize(case, gen, device=DEV)
+    before = snapshot_bn(t)
+    oh, ow = case.out_hw()
+    out = torch.full((case.n, case.c_out, oh, ow), float("nan"), device=DEV)
+    line = f"{case.line()} math={math}"
+    try:
+        y = convfuse.conv_chain(t["x"], t["weight"], t["bias"], convfuse_chain(case, t), transposed=case.transposed,
+                                backend="cuda", math=math, out=out, **conv_kwargs(case))
+    except convfuse.NotSupportedError as e:
+        print(f"[cuda] {line}: refused: {e}")
+        raise
+    torch.cuda.synchronize()
+    assert y is out
+    ref64, st64 = eager(case, before, torch.float64)
+    ref32, st32 = eager(case, before, torch.float32)
+    report(line, out, ref64, ref32)
+    if check_state:
+        bn_ops = [b for op, b in zip(case.chain, t["ops"]) if op[0] == "batch_norm"]
+        for bufs, s64 in zip(bn_ops, st64):
+            for name, r in (("running_mean", s64[0]), ("running_var", s64[1])):
+                torch.testing.assert_close(bufs[name].double(), r, **TOL,
+                                           msg=lambda m, n=name: f"{n}: {m}\n  reproduce: {line}")
+            assert int(bufs["num_batches_tracked"]) == int(s64[2]), f"num_batches_tracked\n  reproduce: {line}"
+    return out
+
+
+def report(line, out, ref64, ref32):
+    nan_out, nan_ref = torch.isnan(out), torch.isnan(ref64)
+    max_abs, rel = errors(out, ref64)
+    print(f"[cuda] {line}: vs float64 max_abs={max_abs:.2e} rel={rel:.2e}")
+    assert torch.equal(nan_out, nan_ref), (f"NaN positions differ ({int(nan_out.sum())} vs {int(nan_ref.sum())}; "
+                                           f"a poisoned element was not written?)\n  reproduce: {line}")
+    for name, ref in (("float64", ref64), ("fp32", ref32)):
+        try:
+            torch.testing.assert_close(out.double(), ref.double(), equal_nan=True, **TOL)
+        except AssertionError as e:
+            print(f"  vs torch {name} failed; reproduce: {line}")
+            raise AssertionError(f"vs torch {name}: {e}\n  reproduce: {line}") from None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# KB2-91 chain at random shapes: strides 1-3, dilation, output_padding, odd sizes, C not multiples of 8, N=1, Cout=1.
+
+
+@pytest.mark.parametrize("math", ["default", "tf32", "strict"])
+@pytest.mark.parametrize("i", range(16))
+def test_kb91_random(i, math):
+    rng = random.Random(SEED + i)
+    gen = torch.Generator().manual_seed(SEED + i)
+    case = random_case(rng, transposed=True, small=False, chain=KB91_CHAIN)
+    case.c_in = rng.choice([1, 3, 5, 13, 64, 67])
+    case.c_out = [1, 7, 13, 64, 128, 130][i % 6]
+    if i % 4 == 0:
+        case.n = 1
+    gpu_case(case, gen, math)
+
+
+KB91_FIXED = [
+    Case(True, 1, 64, 16, 16, 128, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN),
+    Case(True, 3, 17, 11, 9, 33, (3, 5), (3, 2), (1, 2), (2, 1), (1, 1), True, KB91_CHAIN),
+    Case(True, 2, 8, 7, 13, 1, (4, 4), (2, 2), (1, 1), (1, 1), (2, 2), False, KB91_CHAIN),
+    Case(True, 1, 5, 9, 9, 129, (2, 2), (1, 1), (0, 0), (0, 0), (3, 3), True, KB91_CHAIN),
+]
+
+
+@pytest.mark.parametrize("case", KB91_FIXED, ids=lambda c: c.line())
+def test_kb91_fixed(case):
+    gpu_case(case, torch.Generator().manual_seed(91))
+
+
+def test_kb91_large_logits():
+    case = Case(True, 2, 16, 9, 9, 32, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN, x_scale=1e4)
+    t = materialize(case, torch.Generator().manual_seed(4), device=DEV)
+    y = convfuse.conv_chain(t["x"], t["weight"], t["bias"], convfuse_chain(case, t), transposed=True, backend="cuda",
+                            **conv_kwargs(case))
+    ref64, _ = eager(case, t, torch.float64)
+    assert torch.isfinite(y).all(), f"non-finite output with large logits\n  reproduce: {case.line()}"
+    max_abs, rel = errors(y, ref64)
+    print(f"[cuda] {case.line()}: vs float64 max_abs={max_abs:.2e} rel={rel:.2e} (large logits; no fp32 check)")
+
+
+def test_nan_inputs_propagate_like_torch():
+    case = Case(True, 2, 8, 7, 7, 16, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN, nan_inputs=2)
+    gpu_case(case, torch.Generator().manual_seed(11))
+
+
+class KB91(nn.Module):
+    """KernelBench level 2 #91, as defined there."""
+
+    def __init__(self, c_in=64, c_out=128, k=4, stride=2, padding=1, output_padding=1, scale=2.0):
+        super().__init__()
+        self.conv_transpose = nn.ConvTranspose2d(c_in, c_out, k, stride=stride, padding=padding,
+                                                 output_padding=output_padding)
+        self.bias = nn.Parameter(torch.randn(c_out, 1, 1))
+        self.scaling_factor = scale
+
+    def forward(self, x):
+        x = torch.softmax(self.conv_transpose(x), dim=1)
+        return torch.sigmoid((x + self.bias) * self.scaling_factor)
+
+
+@pytest.mark.parametrize("math", ["default", "strict"])
+def test_kb91_default_shape(math):
+    torch.manual_seed(0)
+    m = KB91().to(DEV)
+    x = torch.rand(128, 64, 64, 64, device=DEV)
+    ct = m.conv_transpose
+    out = torch.full((128, 128, 129, 129), float("nan"), device=DEV)
+    with torch.no_grad():
+        y = convfuse.convt_softmax_bias_scale_sigmoid(x, ct.weight, ct.bias, m.bias, 2.0, 2, 1, 1, math=math, out=out)
+        ref32 = m(x)
+        ref64 = m.double()(x.double())
+    torch.cuda.synchronize()
+    report(f"kb2-91 default shape n128c64h64w64-k4x4c128-s2x2p1x1d1x1op1x1 math={math}", y, ref64, ref32)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# KB2-73 chains: conv + batch_norm (train, eval) + mul_scalar; conv + affine_channel.
+
+
+@pytest.mark.parametrize("math", ["default", "strict"])
+@pytest.mark.parametrize("i", range(12))
+def test_kb73_random(i, math):
+    rng = random.Random(SEED + 100 + i)
+    gen = torch.Generator().manual_seed(SEED + 100 + i)
+    chains = [[("batch_norm", True, 0.1, 1e-5, True), ("mul_scalar", 2.0)],
+              [("batch_norm", False, 0.1, 1e-5, True), ("mul_scalar", 2.0)],
+              [("batch_norm", True, None, 1e-5, False), ("mul_scalar", -0.5)],
+              [("affine_channel",)]]
+    case = random_case(rng, transposed=False, small=False, chain=chains[i % 4])
+    case.c_in = rng.choice([1, 3, 8, 13])
+    case.c_out = [1, 7, 16, 64, 65, 3][i % 6]
+    gpu_case(case, gen, math)
+
+
+class KB73(nn.Module):
+    """KernelBench level 2 #73, as defined there."""
+
+    def __init__(self, c_in=8, c_out=64, k=3, scale=2.0, momentum=0.1):
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, c_out, k)
+        self.bn = nn.BatchNorm2d(c_out, momentum=momentum)
+        self.scaling_factor = scale
+
+    def forward(self, x):
+        return self.bn(self.conv(x)) * self.scaling_factor
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("shape", [(128, 8, 128, 128), (3, 5, 17, 29)], ids=["default", "small"])
+def test_kb73_train_three_calls(shape, momentum):
+    """Three training calls on the same buffers; running stats and num_batches_tracked follow nn.BatchNorm2d."""
+    n, c_in, h, w = shape
+    torch.manual_seed(73)
+    m32 = KB73(c_in, 64 if n == 128 else 19, momentum=momentum).to(DEV).train()
+    m64 = KB73(c_in, m32.bn.num_features, momentum=momentum).to(DEV).double().train()
+    m64.load_state_dict(m32.state_dict())
+    bn = m32.bn
+    rm, rv, nbt = bn.running_mean.clone(), bn.running_var.clone(), bn.num_batches_tracked.clone()
+    for call in range(3):
+        x = torch.rand(n, c_in, h, w, device=DEV)
+        out = torch.full((n, bn.num_features, h - 2, w - 2), float("nan"), device=DEV)
+        with torch.no_grad():
+            y = convfuse.conv_bn_scale(x, m32.conv.weight, m32.conv.bias, bn.weight, bn.bias, rm, rv, nbt,
+                                       training=True, momentum=momentum, eps=bn.eps, scale=2.0, out=out)
+            ref32 = m32(x)
+            ref64 = m64(x.double())
+        torch.cuda.synchronize()
+        line = f"kb2-73 train n{n}c{c_in}h{h}w{w}-k3c{bn.num_features} momentum={momentum} call {call}"
+        report(line, y, ref64, ref32)
+        torch.testing.assert_close(rm.double(), m64.bn.running_mean, **TOL)
+        torch.testing.assert_close(rv.double(), m64.bn.running_var, **TOL)
+    assert int(nbt) == 3
+
+
+def test_kb73_eval_default_shape():
+    torch.manual_seed(1)
+    m = KB73().to(DEV).eval()
+    with torch.no_grad():
+        m.bn.running_mean.uniform_(-0.2, 0.2)
+        m.bn.running_var.uniform_(0.5, 2.0)
+    x = torch.rand(128, 8, 128, 128, device=DEV)
+    with torch.no_grad():
+        y = convfuse.conv_bn_scale(x, m.conv.weight, m.conv.bias, m.bn.weight, m.bn.bias, m.bn.running_mean,
+                                   m.bn.running_var, m.bn.num_batches_tracked, training=False, momentum=0.1,
+                                   eps=m.bn.eps, scale=2.0)
+        ref32 = m(x)
+        ref64 = m.double()(x.double())
+    torch.cuda.synchronize()
+    report("kb2-73 eval default shape n128c8h128w128-k3c64", y, ref64, ref32)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Streams and graphs: the launch goes on the caller's current stream and can be captured.
+
+
+def test_runs_on_the_current_stream():
+    case = Case(True, 2, 8, 9, 9, 16, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN)
+    t = materialize(case, torch.Generator().manual_seed(2), device=DEV)
+    ref = convfuse.conv_chain(t["x"], t["weight"], t["bias"], convfuse_chain(case, t), transposed=True,
+                              **conv_kwargs(case))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(50_000_000)  # keep the side stream busy: a launch on another stream would finish first
+        y = convfuse.conv_chain(t["x"], t["weight"], t["bias"], convfuse_chain(case, t), transposed=True,
+                                **conv_kwargs(case))
+    s.synchronize()
+    assert torch.equal(y, ref)
+
+
+def test_cuda_graph_capture():
+    case = Case(True, 2, 8, 9, 9, 16, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN)
+    t = materialize(case, torch.Generator().manual_seed(3), device=DEV)
+    chain = convfuse_chain(case, t)
+    kw = dict(transposed=True, **conv_kwargs(case))
+    x = t["x"].clone()
+    convfuse.conv_chain(x, t["weight"], t["bias"], chain, **kw)  # warm the plan cache outside the capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = convfuse.conv_chain(x, t["weight"], t["bias"], chain, **kw)
+    x.copy_(torch.rand_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    ref = convfuse.conv_chain(x, t["weight"], t["bias"], chain, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(y, ref), "graph replay did not recompute from the new input"
