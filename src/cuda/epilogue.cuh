@@ -51,20 +51,36 @@ __device__ __forceinline__ void cf_epi_fold_affine(const cf_ig_op &op, int c, do
     *a = *a * sa;
 }
 
-__device__ __forceinline__ float cf_epi_pointwise(int stage_kind, float x)
+/* 1/x through MUFU.RCP (1 ulp; rcp(inf) = 0). __frcp_rn would add a slow-path call per element. */
+__device__ __forceinline__ float cf_rcp(float x)
 {
-    switch (stage_kind) {
-    case CF_IG_SIGMOID: /* 1 / (1 + exp(-x)); rcp(inf) = 0 keeps x = -inf exact */
-        return __frcp_rn(1.f + __expf(-x));
-    case CF_IG_RELU: /* max(x, 0), NaN stays NaN */
-        return x > 0.f ? x : (x != x ? x : 0.f);
-    case CF_IG_TANH:
-        return tanhf(x);
-    case CF_IG_GELU: /* x * (1 + erf(x / sqrt 2)) / 2 */
-        return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
-    default:
-        return x;
-    }
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+/* sigmoid: 1 / (1 + exp(-x)); x = -inf gives rcp(inf) = 0, NaN stays NaN. */
+__device__ __forceinline__ float cf_sigmoid(float x)
+{
+    return cf_rcp(1.f + __expf(-x));
+}
+
+/* relu: max(x, 0), NaN stays NaN (fmaxf would drop it). */
+__device__ __forceinline__ float cf_relu(float x)
+{
+    return x > 0.f ? x : (x != x ? x : 0.f);
+}
+
+/* tanh and gelu (x * (1 + erf(x / sqrt 2)) / 2) are called, not inlined: inlined over a 128-element
+ * register tile they made the kernel 2.8 MB of SASS and instruction fetch dominated (docs/kb2_91.md). */
+__device__ __noinline__ float cf_tanh(float x)
+{
+    return tanhf(x);
+}
+
+__device__ __noinline__ float cf_gelu(float x)
+{
+    return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
 }
 
 } // namespace cf

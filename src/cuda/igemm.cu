@@ -144,6 +144,11 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
         const int qh = q / p->sw, qw = q % p->sw;
         const int64_t ph = (p->oh - qh + p->sh - 1) / p->sh, pw = (p->ow - qw + p->sw - 1) / p->sw;
         p->tile_start[q] = (int)tiles;
+        if (d->n * ph * pw >= INT32_MAX - CF_IG_TILE_M) {
+            snprintf(why, why_size, "more than 2^31 output pixels in one stride phase (N*PH*PW = %lld)",
+                     (long long)(d->n * ph * pw));
+            return false;
+        }
         tiles += (d->n * ph * pw + CF_IG_TILE_M - 1) / CF_IG_TILE_M;
         const int taps = ig_taps_host(p->transposed, qh, p->stride_h, p->pad_h, p->dil_h, p->kh) *
                          ig_taps_host(p->transposed, qw, p->stride_w, p->pad_w, p->dil_w, p->kw);

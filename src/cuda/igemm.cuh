@@ -29,6 +29,7 @@
 #define CF_IG_TILE_M (CF_IG_WARPS * 32) /* pixels per tile: 32 per warp (two m16 tiles) */
 #define CF_IG_MAX_PHASES 64
 #define CF_IG_MAX_TAPS 128
+#define CF_IG_A_STAGES 4 /* cp.async pipeline depth of the A fragments */
 
 /* Epilogue stages. Consecutive per-channel affine ops (conv bias, add_channel, mul/add_scalar,
  * affine_channel, batch_norm) are folded into one AFFINE stage, x*a[c] + b[c], at CTA start in double. */
@@ -85,6 +86,7 @@ struct cf_ig_params {
 static inline size_t cf_ig_smem_bytes(const struct cf_ig_params *p, int nt)
 {
     size_t bytes = (size_t)p->b_floats * 4;                   /* B fragments */
+    bytes += (size_t)CF_IG_A_STAGES * 8 * CF_IG_THREADS * 4;  /* A fragments, per thread, in flight */
     bytes += (size_t)p->ntables * p->nt_total * 8 * 8;        /* affine tables, float2 per channel */
     bytes += (size_t)3 * CF_IG_MAX_TAPS * 4;                  /* tap tables */
     if (p->stats_mode) {

@@ -30,6 +30,7 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 /* Shared-memory carve-up, identical to cf_ig_smem_bytes(). */
 struct ig_smem {
     float *b;
+    float *a; /* [CF_IG_A_STAGES][8][CF_IG_THREADS]: each thread's own A fragments */
     float2 *tab;
     int *tap_dh, *tap_dw, *tap_widx;
     float *warp_part; /* [warp][8*NT][2]: mean, M2 of the warp's 32 pixels */
@@ -43,7 +44,8 @@ __device__ __forceinline__ ig_smem ig_carve(const cf_ig_params &p, float *base)
 {
     ig_smem s;
     s.b = base;
-    s.tab = reinterpret_cast<float2 *>(base + p.b_floats);
+    s.a = base + p.b_floats;
+    s.tab = reinterpret_cast<float2 *>(s.a + CF_IG_A_STAGES * 8 * CF_IG_THREADS);
     s.tap_dh = reinterpret_cast<int *>(s.tab + p.ntables * p.nt_total * 8);
     s.tap_dw = s.tap_dh + CF_IG_MAX_TAPS;
     s.tap_widx = s.tap_dw + CF_IG_MAX_TAPS;
@@ -108,29 +110,35 @@ __device__ void ig_load_b(const cf_ig_params &p, const ig_smem &s, int ks0, int 
 struct ig_pixels {
     int img[4];            /* image index, -1 past the end of the phase */
     int ihb[4], iwb[4];    /* a_h*j, a_w*i */
-    int dst_off[4];        /* oh*OW + ow inside the image plane */
+    float *dst_pix[4];     /* dst at (img, channel 0, oh, ow) */
     const float *a_ptr[4]; /* current tap: src + img*C_in*H*W + ih*W + iw, or NULL if outside */
 };
 
-template <int NT, int PASSES>
-__device__ __forceinline__ void ig_load_a(const cf_ig_params &p, const ig_pixels &px, int ks, int lane,
-                                          float (&av)[2][4])
+/* Issue this thread's 8 A elements of one k8 step into stage `slot` (4-byte cp.async; zero-filled where
+ * the tap falls outside the image or ci >= C_in, so padding costs no branch in the MMA loop).
+ * `ci0` = kcc*8 + t is this thread's first channel; `koff` = ci0*H*W. Element order e = mt*4 + q with
+ * q = 0..3 the m16n8k8 A registers: a0 = (row g, k t), a1 = (row g+8, k t), a2 = (g, t+4), a3 = (g+8, t+4). */
+__device__ __forceinline__ void ig_issue_a(const cf_ig_params &p, const ig_smem &s, const ig_pixels &px, int ci0,
+                                           int64_t koff, int slot)
 {
-    const int kcc = ks % p.kc;
-    const int ci0 = kcc * 8 + (lane & 3);
-    const int hw = p.h * p.w;
-    const bool ok0 = ci0 < p.cin, ok1 = ci0 + 4 < p.cin;
+    const int64_t hw4 = (int64_t)4 * p.h * p.w;
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(s.a + slot * 8 * CF_IG_THREADS + threadIdx.x);
+    const bool ok_lo = ci0 < p.cin, ok_hi = ci0 + 4 < p.cin;
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const float *ptr = px.a_ptr[mt * 2 + half];
-            /* a0/a1 = rows g/g+8 at k = t; a2/a3 = rows g/g+8 at k = t+4 */
-            av[mt][half] = (ptr && ok0) ? __ldg(ptr + (int64_t)ci0 * hw) : 0.f;
-            av[mt][2 + half] = (ptr && ok1) ? __ldg(ptr + (int64_t)(ci0 + 4) * hw) : 0.f;
-        }
+    for (int e = 0; e < 8; ++e) {
+        const int mt = e >> 2, q = e & 3;
+        const float *ptr = px.a_ptr[mt * 2 + (q & 1)];
+        const bool ok = ptr != nullptr && ((q >> 1) ? ok_hi : ok_lo);
+        const float *src = ok ? ptr + koff + ((q >> 1) ? hw4 : 0) : p.src;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(base + e * CF_IG_THREADS * 4), "l"(src),
+                     "r"(ok ? 4 : 0));
     }
 }
+
+__device__ __forceinline__ void ig_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void ig_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void ig_set_tap(const cf_ig_params &p, const ig_smem &s, ig_pixels &px, int tap)
 {
@@ -160,10 +168,25 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
     const int nks = ntaps * p.kc;
     if (nks == 0)
         return;
-    float an[2][4];
-    int tap_next = 0, kc_next = 0;
+    constexpr int S = CF_IG_A_STAGES;
+    /* The issue side runs S-1 k8 steps ahead of the MMAs; it alone walks the taps. */
+    int tap_issue = 0, kc_issue = 0, ks_issue = 0;
+    const int t = threadIdx.x & 3;
+    const int64_t hw8 = (int64_t)8 * p.h * p.w;
+    int64_t koff = (int64_t)t * p.h * p.w;
     ig_set_tap(p, s, px, 0);
-    ig_load_a<NT, PASSES>(p, px, 0, lane, an);
+    for (; ks_issue < S - 1; ++ks_issue) {
+        if (ks_issue < nks) {
+            ig_issue_a(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
+            koff += hw8;
+            if (++kc_issue == p.kc && ks_issue + 1 < nks) {
+                kc_issue = 0;
+                koff = (int64_t)t * p.h * p.w;
+                ig_set_tap(p, s, px, ++tap_issue);
+            }
+        }
+        ig_commit();
+    }
     for (int ks = 0; ks < nks; ++ks) {
         if (!p.resident && ks % p.kblk == 0) {
             __syncthreads();
@@ -171,20 +194,23 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
             ig_load_b<PASSES>(p, s, ks, nb, chunk * NT, NT);
             __syncthreads();
         }
+        ig_wait<S - 2>(); /* step ks has landed (this thread's own copies: no CTA barrier needed) */
         float ac[2][4];
+        const float *sa = s.a + (ks % S) * 8 * CF_IG_THREADS + threadIdx.x;
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                ac[mt][e] = an[mt][e];
-        /* prefetch the next k8 step's A while this one's MMAs run */
-        if (ks + 1 < nks) {
-            if (++kc_next == p.kc) {
-                kc_next = 0;
-                ig_set_tap(p, s, px, ++tap_next);
+        for (int e = 0; e < 8; ++e)
+            ac[e >> 2][e & 3] = sa[e * CF_IG_THREADS];
+        if (ks_issue < nks) {
+            ig_issue_a(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
+            koff += hw8;
+            if (++kc_issue == p.kc && ks_issue + 1 < nks) {
+                kc_issue = 0;
+                koff = (int64_t)t * p.h * p.w;
+                ig_set_tap(p, s, px, ++tap_issue);
             }
-            ig_load_a<NT, PASSES>(p, px, ks + 1, lane, an);
         }
+        ++ks_issue;
+        ig_commit();
         uint32_t abig[2][4], asmall[2][4];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
@@ -240,6 +266,19 @@ __device__ void ig_build_tables(const cf_ig_params &p, const ig_smem &s)
     }
 }
 
+/* The stage kind is tested once per stage; each pointwise op gets its own unrolled loop. */
+template <int NT, typename F>
+__device__ __forceinline__ void ig_map(float (&acc)[2][NT][4], F f)
+{
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                acc[mt][nt][e] = f(acc[mt][nt][e]);
+}
+
 template <int NT>
 __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_smem &s, int st_begin, int st_end,
                                                 int chunk, float (&acc)[2][NT][4])
@@ -261,24 +300,36 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
                     acc[mt][nt][3] = fmaf(acc[mt][nt][3], t1.x, t1.y);
                 }
             }
-        } else {
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        acc[mt][nt][e] = cf_epi_pointwise(kind, acc[mt][nt][e]);
+        } else if (kind == CF_IG_SIGMOID) {
+            ig_map<NT>(acc, cf_sigmoid);
+        } else if (kind == CF_IG_RELU) {
+            ig_map<NT>(acc, cf_relu);
+        } else if (kind == CF_IG_TANH) {
+            ig_map<NT>(acc, cf_tanh);
+        } else if (kind == CF_IG_GELU) {
+            ig_map<NT>(acc, cf_gelu);
         }
     }
 }
 
 /* Max and sum of exp over this chunk's channels for each of the thread's 4 pixel rows (quad-reduced). */
 template <int NT>
-__device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, int chunk, const float (&acc)[2][NT][4],
+__device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, int chunk, float (&acc)[2][NT][4],
                                                        float (&m)[4], float (&l)[4])
 {
     const int t = threadIdx.x & 3;
+    /* padded channels (C_out not a multiple of 8*NT) take -inf: no weight in the max or the sum */
+    if ((chunk + 1) * NT * 8 > p.cout)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+                if ((chunk * NT + nt) * 8 + 2 * t + j >= p.cout)
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt) {
+                        acc[mt][nt][j] = -INFINITY;
+                        acc[mt][nt][2 + j] = -INFINITY;
+                    }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const int mt = r >> 1, half = r & 1;
@@ -286,22 +337,16 @@ __device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, in
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int c = (chunk * NT + nt) * 8 + 2 * t + j;
-                if (c < p.cout)
-                    mx = cf_max_nan(mx, acc[mt][nt][half * 2 + j]);
-            }
+            for (int j = 0; j < 2; ++j)
+                mx = cf_max_nan(mx, acc[mt][nt][half * 2 + j]);
         mx = cf_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = cf_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int c = (chunk * NT + nt) * 8 + 2 * t + j;
-                if (c < p.cout)
-                    sum += __expf(acc[mt][nt][half * 2 + j] - mx);
-            }
+            for (int j = 0; j < 2; ++j)
+                sum += __expf(acc[mt][nt][half * 2 + j] - mx);
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         m[r] = mx;
@@ -315,7 +360,7 @@ __device__ __forceinline__ void ig_softmax_apply(const float (&m)[4], const floa
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const int mt = r >> 1, half = r & 1;
-        const float inv = __frcp_rn(l[r]);
+        const float inv = cf_rcp(l[r]);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -329,7 +374,7 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_pixels 
                                          const float (&acc)[2][NT][4])
 {
     const int t = threadIdx.x & 3;
-    const int64_t plane = (int64_t)p.oh * p.ow;
+    const int plane = p.oh * p.ow; /* C_out*OH*OW < 2^31 per image (checked on the host) */
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -340,7 +385,7 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_pixels 
 #pragma unroll
             for (int r = 0; r < 4; ++r)
                 if (px.img[r] >= 0)
-                    p.dst[(int64_t)px.img[r] * p.cout * plane + c * plane + px.dst_off[r]] = acc[r >> 1][nt][(r & 1) * 2 + j];
+                    px.dst_pix[r][c * plane] = acc[r >> 1][nt][(r & 1) * 2 + j];
         }
 }
 
@@ -461,60 +506,57 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
 
         /* this thread's 4 pixels */
         ig_pixels px;
-        const int64_t m0 = (int64_t)(tile - p.tile_start[q]) * CF_IG_TILE_M + warp * 32;
-        const int64_t mq = (int64_t)p.n * ph * pw;
+        /* N*PH*PW < 2^31 per phase (checked on the host): 32-bit pixel arithmetic */
+        const int m0 = (tile - p.tile_start[q]) * CF_IG_TILE_M + warp * 32;
+        const int mq = p.n * ph * pw;
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-            const int64_t m = m0 + (r >> 1) * 16 + (r & 1) * 8 + g;
-            const int64_t mm = m < mq ? m : 0;
-            const int img = (int)(mm / ((int64_t)ph * pw));
-            const int rem = (int)(mm - (int64_t)img * ph * pw);
-            const int j = rem / pw, i = rem - (rem / pw) * pw;
+            const int m = m0 + (r >> 1) * 16 + (r & 1) * 8 + g;
+            const int mm = m < mq ? m : 0;
+            const int img = mm / (ph * pw);
+            const int rem = mm - img * ph * pw;
+            const int j = rem / pw, i = rem - j * pw;
             px.img[r] = m < mq ? img : -1;
             px.ihb[r] = a_h * j;
             px.iwb[r] = a_w * i;
-            px.dst_off[r] = (qh + p.sh * j) * p.ow + (qw + p.sw * i);
+            px.dst_pix[r] = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (qw + p.sw * i));
         }
 
+        /* One code path for both softmax cases (a second inlined copy of the main loop and epilogue
+         * doubled the code). With all of C_out in one chunk the softmax uses the chunk's own max/sum;
+         * otherwise visit 0 accumulates an online max/sum over the chunks and visit 1 recomputes and writes. */
         float acc[2][NT][4];
         const int pre_end = p.softmax_stage >= 0 ? p.softmax_stage : p.nstage;
-        if (p.softmax_stage >= 0 && p.nchunk > 1) {
-            /* all channels do not fit one chunk: online max/sum over the chunks, then recompute and write */
-            float m[4], l[4];
+        const bool two_visits = p.softmax_stage >= 0 && p.nchunk > 1;
+        float m[4], l[4];
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                m[r] = -INFINITY;
-                l[r] = 0.f;
-            }
-            for (int chunk = 0; chunk < p.nchunk; ++chunk) {
-                ig_mainloop<NT, PASSES>(p, s, px, ntaps, chunk, acc);
-                ig_apply_stages<NT>(p, s, 0, pre_end, chunk, acc);
-                float cm[4], cl[4];
-                ig_chunk_softmax_stats<NT>(p, chunk, acc, cm, cl);
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const float nm = cf_max_nan(m[r], cm[r]);
-                    l[r] = (m[r] == -INFINITY ? 0.f : l[r] * __expf(m[r] - nm)) + cl[r] * __expf(cm[r] - nm);
-                    m[r] = nm;
-                }
-            }
-            for (int chunk = 0; chunk < p.nchunk; ++chunk) {
-                ig_mainloop<NT, PASSES>(p, s, px, ntaps, chunk, acc);
-                ig_apply_stages<NT>(p, s, 0, pre_end, chunk, acc);
-                ig_softmax_apply<NT>(m, l, acc);
-                ig_apply_stages<NT>(p, s, pre_end + 1, p.nstage, chunk, acc);
-                if (p.stats_mode)
-                    ig_tile_stats<NT>(p, s, px, chunk, acc);
-                else
-                    ig_store<NT>(p, px, chunk, acc);
-            }
-        } else {
+        for (int r = 0; r < 4; ++r) {
+            m[r] = -INFINITY;
+            l[r] = 0.f;
+        }
+        for (int visit = two_visits ? 0 : 1; visit < 2; ++visit) {
             for (int chunk = 0; chunk < p.nchunk; ++chunk) {
                 ig_mainloop<NT, PASSES>(p, s, px, ntaps, chunk, acc);
                 ig_apply_stages<NT>(p, s, 0, pre_end, chunk, acc);
                 if (p.softmax_stage >= 0) {
-                    float m[4], l[4];
-                    ig_chunk_softmax_stats<NT>(p, chunk, acc, m, l);
+                    float cm[4], cl[4];
+                    if (visit == 0 || !two_visits)
+                        ig_chunk_softmax_stats<NT>(p, chunk, acc, cm, cl);
+                    if (visit == 0) {
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const float nm = cf_max_nan(m[r], cm[r]);
+                            l[r] = (m[r] == -INFINITY ? 0.f : l[r] * __expf(m[r] - nm)) + cl[r] * __expf(cm[r] - nm);
+                            m[r] = nm;
+                        }
+                        continue;
+                    }
+                    if (!two_visits)
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            m[r] = cm[r];
+                            l[r] = cl[r];
+                        }
                     ig_softmax_apply<NT>(m, l, acc);
                     ig_apply_stages<NT>(p, s, pre_end + 1, p.nstage, chunk, acc);
                 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Everything one device call does, in order: GPU facts, C GPU test, GPU pytest set, benchmarks.
+# The library is built on the development machine (no GPU there) and carried in .devbuild/ (see bench/stage.sh).
+# Usage (on the device): bash bench/device.sh [test] [bench91] [bench73] [sanitize] ...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/cf-out}
+mkdir -p "$OUT"
+export CONVFUSE_LIBRARY=$PWD/.devbuild/libconvfuse.so CONVFUSE_CLI=$PWD/.devbuild/convfuse PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+rc=0
+for step in "$@"; do
+    echo "=== $step"
+    case $step in
+    test)
+        timeout 120 .devbuild/test_cuda 2>&1 | tail -15 || rc=1
+        timeout 480 python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    bench91) timeout 400 python3 bench/kb2_91.py --out "$OUT/kb2_91.json" ${BENCH_ARGS:-} || rc=1 ;;
+    bench73) timeout 400 python3 bench/kb2_73.py --out "$OUT/kb2_73.json" ${BENCH_ARGS:-} || rc=1 ;;
+    ncu91|ncu73)
+        blk=kb2-${step#ncu}
+        timeout 300 ncu --kernel-name regex:cf_ig_kernel --launch-skip 1 --launch-count 1 \
+            --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+            --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+            --section InstructionStats --section SourceCounters \
+            --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,smsp__inst_executed.sum \
+            python3 bench/profile_one.py $blk ${NCU_N:-16} > "$OUT/ncu_$blk.txt" 2>&1 || rc=1
+        grep -E "Duration|Throughput|Busy|Stall|Warp Cycles|Issued|Registers|Theoretical Occ|Achieved Occ|dram__|lts__t_bytes|inst_executed|Hit Rate|Bank" "$OUT/ncu_$blk.txt" | head -60 ;;
+    *) echo "unknown step $step"; rc=2 ;;
+    esac
+done
+exit $rc
