@@ -28,6 +28,15 @@ for step in "$@"; do
             --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,smsp__inst_executed.sum \
             python3 bench/profile_one.py $blk ${NCU_N:-16} > "$OUT/ncu_$blk.txt" 2>&1 || rc=1
         grep -E "Duration|Throughput|Busy|Stall|Warp Cycles|Issued|Registers|Theoretical Occ|Achieved Occ|dram__|lts__t_bytes|inst_executed|Hit Rate|Bank" "$OUT/ncu_$blk.txt" | head -60 ;;
+    full91|full73)
+        blk=kb2-${step#full}
+        timeout 400 ncu --set full --import-source no --kernel-name regex:cf_ig_kernel --launch-skip ${NCU_SKIP:-1} --launch-count 1 \
+            -o "$OUT/prof_$blk" -f python3 bench/profile_one.py $blk ${NCU_N:-16} > /dev/null 2>&1 || rc=1
+        ncu --import "$OUT/prof_$blk.ncu-rep" --page details > "$OUT/details_$blk.txt" 2>&1
+        ncu --import "$OUT/prof_$blk.ncu-rep" --page source --csv --print-source sass > "$OUT/sass_$blk.csv" 2>&1
+        rm -f "$OUT/prof_$blk.ncu-rep"
+        grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
+        ls -la "$OUT" ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac
 done

@@ -8,6 +8,7 @@ compared too (after one call from the same starting state)."""
 import argparse
 import copy
 import json
+import os
 
 import torch
 import torch.nn as nn
@@ -81,6 +82,18 @@ def main():
                 compiled(x)
                 t_compile = time_ms(lambda: compiled(x), a.iters)
             t = time_ms(lambda: fused_call(fused_model, x, training, "default"), a.iters)
+            alt = {}
+            if training:  # both batch-norm training paths, same run (docs/kb2_73.md)
+                for path in ("recompute", "inplace"):
+                    os.environ["CONVFUSE_BN_PATH"] = path
+                    m2 = copy.deepcopy(base).train(True)
+                    y2 = fused_call(m2, x, True, "default")
+                    torch.cuda.synchronize()
+                    e2 = errors(y2, ref64)
+                    del y2
+                    alt[path] = {"ms": round(time_ms(lambda: fused_call(m2, x, True, "default"), a.iters)["median"], 4),
+                                 "max_abs_err": e2[0]}
+                    del os.environ["CONVFUSE_BN_PATH"]
             info = convfuse.plan_info(x, model.conv.weight, model.conv.bias, [("batch_norm", {
                 "training": training, "eps": model.bn.eps, "momentum": model.bn.momentum,
                 "weight": model.bn.weight, "bias": model.bn.bias, "running_mean": model.bn.running_mean,
@@ -90,7 +103,8 @@ def main():
                          "compile_ms": round(t_compile["median"], 4) if t_compile else None,
                          "convfuse_ms": round(t["median"], 4), "floor_ms": round(floor_ms, 4),
                          "max_abs_err": max_abs, "rel_err": rel, "running_stats_max_abs_err": stats_err,
-                         "convfuse_p20_ms": round(t["p20"], 4), "convfuse_p80_ms": round(t["p80"], 4)})
+                         "convfuse_p20_ms": round(t["p20"], 4), "convfuse_p80_ms": round(t["p80"], 4),
+                         "bn_paths": alt or None})
     result = header({"n": n, "c_in": cin, "c_out": cout, "h": hw, "w": hw, "k": k, "scale": scale})
     result["copy_bandwidth_gbs"] = round(bw, 1)
     result["rows"] = rows
@@ -98,7 +112,7 @@ def main():
         r["speedup_vs_compile"] = round(r["compile_ms"] / r["convfuse_ms"], 2) if r["compile_ms"] else None
         r["speedup_vs_eager"] = round(r["eager_ms"] / r["convfuse_ms"], 2)
     print_table(rows, ["mode", "impl", "eager_ms", "compile_ms", "convfuse_ms", "floor_ms", "speedup_vs_compile",
-                       "max_abs_err", "rel_err", "running_stats_max_abs_err"])
+                       "max_abs_err", "rel_err", "running_stats_max_abs_err", "bn_paths"])
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)
     print("wrote", a.out)

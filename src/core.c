@@ -140,13 +140,19 @@ static bool add_ok(int64_t a, int64_t b, int64_t *r)
     return true;
 }
 
-/* Product of four non-negative values, also small enough to count bytes of doubles in an int64. */
+/* Largest tensor, in bytes of its float32 elements: 2^48 B = 256 TiB, beyond the user address space of
+ * x86-64 and arm64 with 4-level paging (and CUDA's 49-bit unified addresses); no buffer that large can
+ * exist, so such a descriptor is a mistake (a garbage size), refused before any arithmetic on it. */
+#define CF_MAX_TENSOR_BYTES ((int64_t)1 << 48)
+
+/* Product of four non-negative values, also small enough that the tensor's float32 bytes stay within
+ * CF_MAX_TENSOR_BYTES (so counts of doubles and byte offsets never overflow an int64 either). */
 static bool elems_ok(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *r)
 {
     int64_t ab, abc, abcd;
     if (!mul_ok(a, b, &ab) || !mul_ok(ab, c, &abc) || !mul_ok(abc, d, &abcd))
         return false;
-    if (abcd > INT64_MAX / (int64_t)sizeof(double))
+    if (abcd > CF_MAX_TENSOR_BYTES / (int64_t)sizeof(float))
         return false;
     *r = abcd;
     return true;
@@ -258,13 +264,16 @@ cf_status_t cf_conv_desc_output_dims(const cf_conv_desc_t *desc, int64_t *oh, in
 
     int64_t elems;
     if (!elems_ok(desc->n, desc->c_in, desc->h, desc->w, &elems))
-        return cf_error(CF_STATUS_INVALID_ARGUMENT, "desc: src has too many elements (n*c_in*h*w = %lld*%lld*%lld*%lld)",
+        return cf_error(CF_STATUS_INVALID_ARGUMENT, "desc: src has too many elements (n*c_in*h*w = %lld*%lld*%lld*%lld; "
+                        "one tensor may hold at most 2^46 floats, 2^48 bytes)",
                         (long long)desc->n, (long long)desc->c_in, (long long)desc->h, (long long)desc->w);
     if (!elems_ok(desc->c_out, desc->c_in, desc->kh, desc->kw, &elems))
-        return cf_error(CF_STATUS_INVALID_ARGUMENT, "desc: wei has too many elements (c_out*c_in*kh*kw = %lld*%lld*%lld*%lld)",
+        return cf_error(CF_STATUS_INVALID_ARGUMENT, "desc: wei has too many elements (c_out*c_in*kh*kw = %lld*%lld*%lld*%lld; "
+                        "one tensor may hold at most 2^46 floats, 2^48 bytes)",
                         (long long)desc->c_out, (long long)desc->c_in, (long long)desc->kh, (long long)desc->kw);
     if (!elems_ok(desc->n, desc->c_out, out_h, out_w, &elems))
-        return cf_error(CF_STATUS_INVALID_ARGUMENT, "desc: dst has too many elements (n*c_out*oh*ow = %lld*%lld*%lld*%lld)",
+        return cf_error(CF_STATUS_INVALID_ARGUMENT, "desc: dst has too many elements (n*c_out*oh*ow = %lld*%lld*%lld*%lld; "
+                        "one tensor may hold at most 2^46 floats, 2^48 bytes)",
                         (long long)desc->n, (long long)desc->c_out, (long long)out_h, (long long)out_w);
     *oh = out_h;
     *ow = out_w;
@@ -420,6 +429,36 @@ int64_t cf_plan_dst_elems(const struct cf_plan *plan)
     return d->n * d->c_out * plan->oh * plan->ow;
 }
 
+/* A chain reaches cf_plan_create() as a pointer the caller may have corrupted (a stale handle, a struct
+ * filled by hand): re-check what the append functions guarantee, so that a bad chain is a status, not an
+ * out-of-bounds read in a backend. */
+static cf_status_t check_chain(const_cf_chain_t chain)
+{
+    if (chain == NULL)
+        return CF_STATUS_SUCCESS; /* NULL = the empty chain */
+    if (chain->length < 0 || chain->length > CF_CHAIN_MAX_OPS)
+        return cf_error(CF_STATUS_INVALID_ARGUMENT,
+                        "chain is malformed: length = %d is outside [0, CF_CHAIN_MAX_OPS = %d] "
+                        "(not a chain from cf_chain_create, or already destroyed?)",
+                        chain->length, CF_CHAIN_MAX_OPS);
+    for (int i = 0; i < chain->length; i++) {
+        const cf_op_t *op = &chain->ops[i];
+        if ((int)op->kind < 0 || (int)op->kind >= CF_OP_COUNT)
+            return cf_error(CF_STATUS_INVALID_ARGUMENT, "chain op %d is malformed: kind = %d is not a cf_op_kind_t", i,
+                            (int)op->kind);
+        if ((op->kind == CF_OP_MUL_SCALAR || op->kind == CF_OP_ADD_SCALAR) && !isfinite(op->scalar))
+            return cf_error(CF_STATUS_INVALID_ARGUMENT, "chain op %d (%s) is malformed: s = %g is not finite", i,
+                            cf_op_kind_name(op->kind), op->scalar);
+        if (op->kind == CF_OP_BATCH_NORM &&
+            ((op->bn_mode != CF_BN_TRAINING && op->bn_mode != CF_BN_INFERENCE) || !(op->eps > 0) || !isfinite(op->eps) ||
+             (op->momentum != CF_BN_MOMENTUM_CUMULATIVE && !(op->momentum >= 0 && op->momentum <= 1))))
+            return cf_error(CF_STATUS_INVALID_ARGUMENT,
+                            "chain op %d (batch_norm) is malformed: mode = %d, eps = %g, momentum = %g", i,
+                            (int)op->bn_mode, op->eps, op->momentum);
+    }
+    return CF_STATUS_SUCCESS;
+}
+
 cf_status_t cf_plan_create(cf_plan_t *plan, const cf_conv_desc_t *desc, const_cf_chain_t chain, cf_backend_t backend,
                            cf_math_t math)
 {
@@ -435,6 +474,9 @@ cf_status_t cf_plan_create(cf_plan_t *plan, const cf_conv_desc_t *desc, const_cf
     if (math != CF_MATH_DEFAULT && math != CF_MATH_TF32 && math != CF_MATH_STRICT_F32)
         return cf_error(CF_STATUS_INVALID_ARGUMENT, "cf_plan_create: math = %d is not a cf_math_t", (int)math);
 
+    st = check_chain(chain);
+    if (st != CF_STATUS_SUCCESS)
+        return st;
     int length = chain == NULL ? 0 : chain->length;
     for (int i = 0; i < length; i++) {
         const cf_op_t *op = &chain->ops[i];
@@ -557,6 +599,55 @@ static cf_status_t check_op_args(const cf_op_t *op, int i, const cf_op_args_t *a
     return CF_STATUS_SUCCESS;
 }
 
+/* True if [a, a + a_bytes) and [b, b + b_bytes) share a byte (addresses compared as integers: host and
+ * CUDA device pointers live in one unified address space). */
+static bool ranges_overlap(const void *a, int64_t a_bytes, const void *b, int64_t b_bytes)
+{
+    const uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    return b != NULL && a0 < b0 + (uintptr_t)b_bytes && b0 < a0 + (uintptr_t)a_bytes;
+}
+
+/* dst must not alias an input (the header's contract): the kernels read inputs after writing dst, so an
+ * aliased call would silently compute garbage. Refused with the name of the overlapping buffer. */
+static cf_status_t check_dst_overlap(const struct cf_plan *plan, const cf_args_t *args)
+{
+    const int64_t f = (int64_t)sizeof(float), dst_bytes = cf_plan_dst_elems(plan) * f, vec = plan->conv.c_out * f;
+    const struct {
+        const char *name;
+        int op;
+        const void *p;
+        int64_t bytes;
+    } inputs[] = {
+        {"src", -1, args->src, cf_plan_src_elems(plan) * f},
+        {"wei", -1, args->wei, cf_plan_wei_elems(plan) * f},
+        {"bia", -1, plan->conv.has_bias ? args->bia : NULL, vec},
+    };
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++)
+        if (ranges_overlap(args->dst, dst_bytes, inputs[i].p, inputs[i].bytes))
+            return cf_error(CF_STATUS_INVALID_ARGUMENT,
+                            "args.dst overlaps args.%s (dst must not alias an input: pass a separate output buffer)",
+                            inputs[i].name);
+    for (int i = 0; i < plan->chain.length; i++) {
+        const cf_op_args_t *a = &args->ops[i];
+        const struct {
+            const char *name;
+            const void *p;
+            int64_t bytes;
+        } bufs[] = {{"channel_a", a->channel_a, vec},
+                    {"channel_b", a->channel_b, vec},
+                    {"running_mean", a->running_mean, vec},
+                    {"running_var", a->running_var, vec},
+                    {"num_batches_tracked", a->num_batches_tracked, (int64_t)sizeof(int64_t)}};
+        for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++)
+            if (ranges_overlap(args->dst, dst_bytes, bufs[j].p, bufs[j].bytes))
+                return cf_error(CF_STATUS_INVALID_ARGUMENT,
+                                "args.dst overlaps args.ops[%d].%s (dst must not alias an input: pass a separate "
+                                "output buffer)",
+                                i, bufs[j].name);
+    }
+    return CF_STATUS_SUCCESS;
+}
+
 cf_status_t cf_plan_execute(const_cf_plan_t plan, const cf_args_t *args, void *workspace, size_t workspace_size,
                             void *stream)
 {
@@ -579,6 +670,9 @@ cf_status_t cf_plan_execute(const_cf_plan_t plan, const cf_args_t *args, void *w
         if (st != CF_STATUS_SUCCESS)
             return st;
     }
+    cf_status_t st = check_dst_overlap(plan, args);
+    if (st != CF_STATUS_SUCCESS)
+        return st;
     if (plan->workspace_bytes > 0 && workspace == NULL)
         return cf_error(CF_STATUS_WORKSPACE_TOO_SMALL, "workspace is NULL but the plan (%s) needs %zu bytes",
                         plan->impl->name, plan->workspace_bytes);

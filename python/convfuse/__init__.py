@@ -7,6 +7,14 @@
 CPU tensors run the C reference backend, CUDA tensors the CUDA backend on the current stream. Forward only:
 the result carries no autograd history. Everything is float32 NCHW with PyTorch's meaning for every number.
 The library is reached through ctypes (see docs/python.md for why).
+
+Drop-in modules for the two KernelBench blocks (same constructor, parameters and state_dict as the originals):
+
+    m = convfuse.ConvTranspose2dSoftmaxBiasScaleSigmoid(64, 128, 4, 2, 1, 1, (128, 1, 1), 2.0)   # KernelBench 2/91
+    m = convfuse.Conv2dBatchNormScale(8, 64, 3, 2.0)                                             # KernelBench 2/73
+
+Their forward is one torch.library op (torch.ops.convfuse.*, so torch.compile and CUDA graphs work) and returns
+PyTorch's answer, with a one-time FallbackWarning and a count in fallback_counts(), where the fused path can't serve.
 """
 
 import collections
@@ -31,6 +39,13 @@ __all__ = [
     "conv_bn_scale",
     "info",
     "plan_info",
+    "ConvTranspose2dSoftmaxBiasScaleSigmoid",
+    "Conv2dBatchNormScale",
+    "convt_softmax_bias_scale_sigmoid_block",
+    "conv_bn_scale_block",
+    "fallback_counts",
+    "reset_fallback_counts",
+    "FallbackWarning",
     "ConvfuseError",
     "InvalidArgumentError",
     "NotSupportedError",
@@ -406,3 +421,15 @@ def info():
         d.update({"library": None, "error": str(e), "cuda_available": False})
     return d
 
+
+# The torch.library ops (_ops.py) and the drop-in modules (modules.py) are built on conv_chain above.
+from . import _ops  # noqa: E402  (registers torch.ops.convfuse.* on torch >= 2.4)
+from .modules import (  # noqa: E402
+    Conv2dBatchNormScale,
+    ConvTranspose2dSoftmaxBiasScaleSigmoid,
+    FallbackWarning,
+    conv_bn_scale_block,
+    convt_softmax_bias_scale_sigmoid_block,
+    fallback_counts,
+    reset_fallback_counts,
+)

@@ -6,7 +6,11 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Measured choice between the two training batch-norm paths (docs/kb2_73.md). */
+#define CF_IG_BN_INPLACE_DEFAULT false
 
 #define CF_CUDA_TRY(call)                                                                                   \
     do {                                                                                                    \
@@ -90,6 +94,21 @@ int cf_ig_products(const struct cf_plan *plan)
     return 1;
 }
 
+bool cf_ig_bn_inplace(const struct cf_plan *plan)
+{
+    /* "store, then normalise in place" needs every op after the batch norm to be per element */
+    const int bn = cf_ig_bn_train_index(plan);
+    for (int i = bn + 1; i < plan->chain.length; ++i)
+        if (plan->chain.ops[i].kind == CF_OP_SOFTMAX_CHANNELS)
+            return false;
+    const char *env = getenv("CONVFUSE_BN_PATH");
+    if (env && strcmp(env, "inplace") == 0)
+        return true;
+    if (env && strcmp(env, "recompute") == 0)
+        return false;
+    return CF_IG_BN_INPLACE_DEFAULT;
+}
+
 int cf_ig_bn_train_index(const struct cf_plan *plan)
 {
     for (int i = 0; i < plan->chain.length; ++i)
@@ -140,26 +159,34 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
 
     int64_t tiles = 0;
     int max_taps = 0;
+    /* Column phases of one row phase run as a cluster over the same pixel-pair tiles (see igemm.cuh). */
+    p->cluster = (p->transposed && p->sw > 1 && p->sw <= 8) ? p->sw : 1;
+    p->pw_pairs = (p->ow + p->sw - 1) / p->sw;
+    p->ngroup = p->cluster > 1 ? p->sh : p->nphase;
     for (int q = 0; q < p->nphase; ++q) {
         const int qh = q / p->sw, qw = q % p->sw;
-        const int64_t ph = (p->oh - qh + p->sh - 1) / p->sh, pw = (p->ow - qw + p->sw - 1) / p->sw;
-        p->tile_start[q] = (int)tiles;
+        const int taps = ig_taps_host(p->transposed, qh, p->stride_h, p->pad_h, p->dil_h, p->kh) *
+                         ig_taps_host(p->transposed, qw, p->stride_w, p->pad_w, p->dil_w, p->kw);
+        if (taps > max_taps)
+            max_taps = taps;
+    }
+    for (int g = 0; g < p->ngroup; ++g) {
+        const int qh = p->cluster > 1 ? g : g / p->sw, qw = p->cluster > 1 ? 0 : g % p->sw;
+        const int64_t ph = (p->oh - qh + p->sh - 1) / p->sh;
+        const int64_t pw = p->cluster > 1 ? p->pw_pairs : (p->ow - qw + p->sw - 1) / p->sw;
+        p->tile_start[g] = (int)tiles;
         if (d->n * ph * pw >= INT32_MAX - CF_IG_TILE_M) {
             snprintf(why, why_size, "more than 2^31 output pixels in one stride phase (N*PH*PW = %lld)",
                      (long long)(d->n * ph * pw));
             return false;
         }
         tiles += (d->n * ph * pw + CF_IG_TILE_M - 1) / CF_IG_TILE_M;
-        const int taps = ig_taps_host(p->transposed, qh, p->stride_h, p->pad_h, p->dil_h, p->kh) *
-                         ig_taps_host(p->transposed, qw, p->stride_w, p->pad_w, p->dil_w, p->kw);
-        if (taps > max_taps)
-            max_taps = taps;
         if (tiles >= INT32_MAX) {
             snprintf(why, why_size, "more than 2^31 pixel tiles");
             return false;
         }
     }
-    p->tile_start[p->nphase] = (int)tiles;
+    p->tile_start[p->ngroup] = (int)tiles;
     p->num_tiles = (int)tiles;
 
     /* stages of the full chain (the statistics pass uses a prefix, see ig_stages) */
@@ -221,11 +248,11 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
 }
 
 /* Fill the op table and the stage program for chain ops [0, op_end). BN training folds from ws. */
-static void ig_stages(const struct cf_plan *plan, const cf_args_t *args, int op_end, const float *bn_scale,
-                      const float *bn_shift, cf_ig_params *p)
+static void ig_stages(const struct cf_plan *plan, const cf_args_t *args, int op_begin, int op_end,
+                      const float *bn_scale, const float *bn_shift, cf_ig_params *p)
 {
     p->nops = op_end;
-    for (int i = 0; i < op_end; ++i) {
+    for (int i = op_begin; i < op_end; ++i) {
         const cf_op_t *o = &plan->chain.ops[i];
         cf_ig_op *d = &p->op[i];
         memset(d, 0, sizeof *d);
@@ -245,11 +272,11 @@ static void ig_stages(const struct cf_plan *plan, const cf_args_t *args, int op_
     int ns = 0, nt = 0;
     p->softmax_stage = -1;
     p->stage[0].kind = CF_IG_AFFINE;
-    p->stage[0].op_begin = p->stage[0].op_end = 0;
-    p->stage[0].with_bias = 1;
+    p->stage[0].op_begin = p->stage[0].op_end = op_begin;
+    p->stage[0].with_bias = op_begin == 0;
     p->stage[0].table = nt++;
     ns = 1;
-    for (int i = 0; i < op_end; ++i) {
+    for (int i = op_begin; i < op_end; ++i) {
         const cf_op_kind_t k = plan->chain.ops[i].kind;
         if (is_affine_op(k)) {
             if (p->stage[ns - 1].kind != CF_IG_AFFINE) {
@@ -270,6 +297,16 @@ static void ig_stages(const struct cf_plan *plan, const cf_args_t *args, int op_
                 p->softmax_stage = ns - 1;
         }
     }
+    /* AFFINE then SIGMOID: one stage over a table prescaled by -log2(e) */
+    for (int i = 0; i + 1 < ns; ++i)
+        if (p->stage[i].kind == CF_IG_AFFINE && p->stage[i + 1].kind == CF_IG_SIGMOID) {
+            p->stage[i].kind = CF_IG_AFFINE_SIGMOID;
+            for (int j = i + 1; j + 1 < ns; ++j)
+                p->stage[j] = p->stage[j + 1];
+            --ns;
+            if (p->softmax_stage > i)
+                --p->softmax_stage;
+        }
     p->nstage = ns;
     p->ntables = nt > p->ntables ? nt : p->ntables; /* never below what ig_shape sized */
 }
@@ -363,24 +400,48 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
         return cf_error(CF_STATUS_INTERNAL_ERROR, "no kernel variant NT=%d products=%d", nt, passes);
     const size_t smem = cf_ig_smem_bytes(p, nt);
     CF_CUDA_TRY(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)p->cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3(CF_IG_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    /* persistent grid: as many clusters (CTAs) as can be resident at once, at most one per tile */
     int per_sm = 0;
     CF_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn, CF_IG_THREADS, smem));
     if (per_sm < 1)
         return cf_error(CF_STATUS_INTERNAL_ERROR, "kernel NT=%d does not fit an SM with %zu bytes of smem", nt, smem);
     if (per_sm > CF_IG_MAX_BLOCKS_PER_SM)
         per_sm = CF_IG_MAX_BLOCKS_PER_SM;
-    int grid = sm_count * per_sm;
-    if (max_grid > 0 && grid > max_grid)
-        grid = max_grid;
-    if (grid > p->num_tiles)
-        grid = p->num_tiles;
-    fn<<<grid, CF_IG_THREADS, smem, stream>>>(*p);
+    int clusters = sm_count * per_sm / p->cluster;
+    if (p->cluster > 1) {
+        cfg.gridDim = dim3((unsigned)(clusters * p->cluster));
+        int active = 0;
+        CF_CUDA_TRY(cudaOccupancyMaxActiveClusters(&active, (void *)fn, &cfg));
+        if (active < 1)
+            return cf_error(CF_STATUS_INTERNAL_ERROR, "no cluster of %d CTAs with %zu bytes of smem fits the device",
+                            p->cluster, smem);
+        clusters = active;
+    }
+    if (max_grid > 0 && clusters * p->cluster > max_grid)
+        clusters = max_grid / p->cluster;
+    if (clusters > p->num_tiles)
+        clusters = p->num_tiles;
+    const int grid = clusters * p->cluster;
+    cfg.gridDim = dim3((unsigned)grid);
+    CF_CUDA_TRY(cudaLaunchKernelEx(&cfg, fn, *p));
     CF_CUDA_TRY(cudaGetLastError());
     if (grid_out)
         *grid_out = grid;
     if (cf_verbose("launch"))
-        fprintf(stderr, "convfuse: launch: igemm NT=%d products=%d grid=%d smem=%zu resident=%d chunks=%d stats=%d\n",
-                nt, passes, grid, smem, p->resident, p->nchunk, p->stats_mode);
+        fprintf(stderr, "convfuse: launch: igemm NT=%d products=%d grid=%d cluster=%d smem=%zu resident=%d chunks=%d "
+                        "stats=%d\n", nt, passes, grid, p->cluster, smem, p->resident, p->nchunk, p->stats_mode);
     return CF_STATUS_SUCCESS;
 }
 
@@ -404,9 +465,13 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
         const int max_blocks = plan->device_sm_count * CF_IG_MAX_BLOCKS_PER_SM;
         ws_scale = ws_stats + (size_t)max_blocks * cpad * 3;
         ws_shift = ws_scale + cpad;
+        /* Two ways to train batch norm (docs/kb2_73.md): "recompute" runs the conv twice (statistics, then the
+         * normalised output; nothing unnormalised in memory); "inplace" stores the conv output with its
+         * statistics, then normalises in place (one conv, two more passes over the output). */
+        const bool inplace = cf_ig_bn_inplace(plan);
         cf_ig_params ps = p;
-        ig_stages(plan, args, bn, NULL, NULL, &ps);
-        ps.stats_mode = 1;
+        ig_stages(plan, args, 0, bn, NULL, NULL, &ps);
+        ps.stats_mode = inplace ? 2 : 1;
         ps.stats = ws_stats;
         int grid = 0;
         cf_status_t st = ig_launch(&ps, nt, passes, plan->device_sm_count, max_blocks, stream, &grid);
@@ -418,7 +483,15 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
                                                      oa->channel_b, oa->running_mean, oa->running_var,
                                                      oa->num_batches_tracked, ws_scale, ws_shift);
         CF_CUDA_TRY(cudaGetLastError());
+        if (inplace) {
+            ig_stages(plan, args, bn, plan->chain.length, ws_scale, ws_shift, &p);
+            const int64_t planes = (int64_t)p.n * p.cout;
+            const int blocks = (int)(planes < 8 * plan->device_sm_count ? planes : 8 * plan->device_sm_count);
+            cf::cf_ig_inplace_kernel<<<blocks, 256, 0, stream>>>(p);
+            CF_CUDA_TRY(cudaGetLastError());
+            return CF_STATUS_SUCCESS;
+        }
     }
-    ig_stages(plan, args, plan->chain.length, ws_scale, ws_shift, &p);
+    ig_stages(plan, args, 0, plan->chain.length, ws_scale, ws_shift, &p);
     return ig_launch(&p, nt, passes, plan->device_sm_count, 0, stream, NULL);
 }

@@ -35,6 +35,7 @@
  * affine_channel, batch_norm) are folded into one AFFINE stage, x*a[c] + b[c], at CTA start in double. */
 enum cf_ig_stage_kind {
     CF_IG_AFFINE = 0,
+    CF_IG_AFFINE_SIGMOID, /* sigmoid(x*a + b) with the table prescaled by -log2(e): 1 FFMA + EX2 + ADD + RCP */
     CF_IG_SOFTMAX,
     CF_IG_SIGMOID,
     CF_IG_RELU,
@@ -72,7 +73,11 @@ struct cf_ig_params {
     int kblk;               /* streaming: k8 steps per B block */
     int b_floats;           /* floats of the B buffer in shared memory */
     int nphase;
-    int tile_start[CF_IG_MAX_PHASES + 1]; /* prefix sums of 256-pixel tiles per phase */
+    int cluster;            /* CTAs per cluster: the s_w column phases of a row phase work the same tiles in
+                               lock-step, so their interleaved columns meet in L2 as full sectors */
+    int pw_pairs;           /* cluster mode: columns per phase row in pair space, ceil(OW / s_w) */
+    int ngroup;             /* tile groups: phases (cluster 1) or row phases (cluster s_w) */
+    int tile_start[CF_IG_MAX_PHASES + 1]; /* prefix sums of 256-pixel tiles per group */
     int num_tiles;
     int nstage, softmax_stage, ntables;
     struct cf_ig_stage stage[CF_CHAIN_MAX_OPS + 1];

@@ -8,6 +8,8 @@
 int cf_ig_products(const struct cf_plan *plan);
 /* Index of the training batch_norm op in the chain, or -1. */
 int cf_ig_bn_train_index(const struct cf_plan *plan);
+/* Training batch norm: store the conv output and normalise in place (true) or recompute the conv (false). */
+bool cf_ig_bn_inplace(const struct cf_plan *plan);
 /* Whether the kernel serves the plan with these products and this softmax path; else why. */
 bool cf_ig_supports(const struct cf_plan *plan, int products, bool chunked, char *why, size_t why_size);
 size_t cf_ig_workspace_bytes(const struct cf_plan *plan);

@@ -251,8 +251,9 @@ __device__ void ig_build_tables(const cf_ig_params &p, const ig_smem &s)
     const int cpad = p.nt_total * 8;
     for (int st = 0; st < p.nstage; ++st) {
         const cf_ig_stage &sg = p.stage[st];
-        if (sg.kind != CF_IG_AFFINE)
+        if (sg.kind != CF_IG_AFFINE && sg.kind != CF_IG_AFFINE_SIGMOID)
             continue;
+        const double pre = sg.kind == CF_IG_AFFINE_SIGMOID ? -1.4426950408889634 : 1.0;
         for (int c = threadIdx.x; c < cpad; c += CF_IG_THREADS) {
             double a = 1.0, b = 0.0;
             if (c < p.cout) {
@@ -261,7 +262,7 @@ __device__ void ig_build_tables(const cf_ig_params &p, const ig_smem &s)
                 for (int o = sg.op_begin; o < sg.op_end; ++o)
                     cf_epi_fold_affine(p.op[o], c, &a, &b);
             }
-            s.tab[sg.table * cpad + c] = make_float2((float)a, (float)b);
+            s.tab[sg.table * cpad + c] = make_float2((float)(a * pre), (float)(b * pre));
         }
     }
 }
@@ -300,6 +301,19 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
                     acc[mt][nt][3] = fmaf(acc[mt][nt][3], t1.x, t1.y);
                 }
             }
+        } else if (kind == CF_IG_AFFINE_SIGMOID) {
+            const float2 *tab = s.tab + p.stage[st].table * cpad + chunk * NT * 8 + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const float2 t0 = tab[nt * 8], t1 = tab[nt * 8 + 1];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float2 tt = (e & 1) ? t1 : t0;
+                        acc[mt][nt][e] = cf_rcp(1.f + cf_ex2(fmaf(acc[mt][nt][e], tt.x, tt.y)));
+                    }
+            }
         } else if (kind == CF_IG_SIGMOID) {
             ig_map<NT>(acc, cf_sigmoid);
         } else if (kind == CF_IG_RELU) {
@@ -312,10 +326,12 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
     }
 }
 
-/* Max and sum of exp over this chunk's channels for each of the thread's 4 pixel rows (quad-reduced). */
+/* Max and sum of exp over this chunk's channels for each of the thread's 4 pixel rows (quad-reduced).
+ * fmaxf drops NaN from the max, but a NaN logit still makes its exp, the sum and so every output of the
+ * pixel NaN, and +inf gives inf - inf = NaN: both as torch.softmax. With `keep`, acc becomes exp(x - max). */
 template <int NT>
 __device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, int chunk, float (&acc)[2][NT][4],
-                                                       float (&m)[4], float (&l)[4])
+                                                       float (&m)[4], float (&l)[4], bool keep)
 {
     const int t = threadIdx.x & 3;
     /* padded channels (C_out not a multiple of 8*NT) take -inf: no weight in the max or the sum */
@@ -336,17 +352,20 @@ __device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, in
         float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-                mx = cf_max_nan(mx, acc[mt][nt][half * 2 + j]);
-        mx = cf_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = cf_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx = fmaxf(mx, fmaxf(acc[mt][nt][half * 2], acc[mt][nt][half * 2 + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float off = -mx * CF_LOG2E;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
-                sum += __expf(acc[mt][nt][half * 2 + j] - mx);
+            for (int j = 0; j < 2; ++j) {
+                const float e = cf_ex2(fmaf(acc[mt][nt][half * 2 + j], CF_LOG2E, off));
+                sum += e;
+                if (keep)
+                    acc[mt][nt][half * 2 + j] = e;
+            }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         m[r] = mx;
@@ -354,18 +373,34 @@ __device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, in
     }
 }
 
+/* acc = exp(acc - m) / l (two-visit path: the logits were recomputed) */
 template <int NT>
 __device__ __forceinline__ void ig_softmax_apply(const float (&m)[4], const float (&l)[4], float (&acc)[2][NT][4])
 {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const int mt = r >> 1, half = r & 1;
+        const float inv = cf_rcp(l[r]), off = -m[r] * CF_LOG2E;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+                acc[mt][nt][half * 2 + j] = cf_ex2(fmaf(acc[mt][nt][half * 2 + j], CF_LOG2E, off)) * inv;
+    }
+}
+
+/* acc (already exp(x - m)) /= l */
+template <int NT>
+__device__ __forceinline__ void ig_softmax_scale(const float (&l)[4], float (&acc)[2][NT][4])
+{
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
         const float inv = cf_rcp(l[r]);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int j = 0; j < 2; ++j)
-                acc[mt][nt][half * 2 + j] = __expf(acc[mt][nt][half * 2 + j] - m[r]) * inv;
+                acc[r >> 1][nt][(r & 1) * 2 + j] *= inv;
     }
 }
 
@@ -375,12 +410,13 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_pixels 
 {
     const int t = threadIdx.x & 3;
     const int plane = p.oh * p.ow; /* C_out*OH*OW < 2^31 per image (checked on the host) */
+    const bool partial = (chunk + 1) * NT * 8 > p.cout;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
             const int c = (chunk * NT + nt) * 8 + 2 * t + j;
-            if (c >= p.cout)
+            if (partial && c >= p.cout)
                 continue;
 #pragma unroll
             for (int r = 0; r < 4; ++r)
@@ -470,19 +506,27 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
             s.cta_m2[c] = 0.f;
         }
 
-    const int t_begin = (int)((int64_t)blockIdx.x * p.num_tiles / gridDim.x);
-    const int t_end = (int)((int64_t)(blockIdx.x + 1) * p.num_tiles / gridDim.x);
-    int q = -1, ntaps = 0, ph = 0, pw = 0, qh = 0, qw = 0;
+    /* Clusters take contiguous tile ranges; inside a cluster every CTA walks the same tiles, rank = column phase. */
+    unsigned rank = 0;
+    if (p.cluster > 1)
+        asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    const int cid = blockIdx.x / p.cluster, ncl = gridDim.x / p.cluster;
+    const int t_begin = (int)((int64_t)cid * p.num_tiles / ncl);
+    const int t_end = (int)((int64_t)(cid + 1) * p.num_tiles / ncl);
+    int grp = -1, q = -1, ntaps = 0, ph = 0, pw = 0, qh = 0, qw = 0;
     const int a_h = p.transposed ? 1 : p.stride_h, a_w = p.transposed ? 1 : p.stride_w;
 
     for (int tile = t_begin; tile < t_end; ++tile) {
-        if (q < 0 || tile >= p.tile_start[q + 1]) {
-            while (tile >= p.tile_start[q + 1])
-                ++q;
+        if (p.cluster > 1) /* keep the column-phase siblings within one tile of each other */
+            asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+        if (grp < 0 || tile >= p.tile_start[grp + 1]) {
+            while (tile >= p.tile_start[grp + 1])
+                ++grp;
+            q = p.cluster > 1 ? grp * p.sw + (int)rank : grp;
             qh = q / p.sw;
             qw = q - qh * p.sw;
             ph = (p.oh - qh + p.sh - 1) / p.sh;
-            pw = (p.ow - qw + p.sw - 1) / p.sw;
+            pw = p.cluster > 1 ? p.pw_pairs : (p.ow - qw + p.sw - 1) / p.sw;
             __syncthreads(); /* everyone is done with the previous phase's taps and B */
             if (threadIdx.x == 0) {
                 sh_nt[0] = ig_taps_1d(p.transposed, qh, p.stride_h, p.pad_h, p.dil_h, p.kh, sh_k[0], sh_c[0]);
@@ -507,7 +551,7 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
         /* this thread's 4 pixels */
         ig_pixels px;
         /* N*PH*PW < 2^31 per phase (checked on the host): 32-bit pixel arithmetic */
-        const int m0 = (tile - p.tile_start[q]) * CF_IG_TILE_M + warp * 32;
+        const int m0 = (tile - p.tile_start[grp]) * CF_IG_TILE_M + warp * 32;
         const int mq = p.n * ph * pw;
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -516,7 +560,7 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
             const int img = mm / (ph * pw);
             const int rem = mm - img * ph * pw;
             const int j = rem / pw, i = rem - j * pw;
-            px.img[r] = m < mq ? img : -1;
+            px.img[r] = (m < mq && qw + p.sw * i < p.ow) ? img : -1;
             px.ihb[r] = a_h * j;
             px.iwb[r] = a_w * i;
             px.dst_pix[r] = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (qw + p.sw * i));
@@ -541,28 +585,26 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
                 if (p.softmax_stage >= 0) {
                     float cm[4], cl[4];
                     if (visit == 0 || !two_visits)
-                        ig_chunk_softmax_stats<NT>(p, chunk, acc, cm, cl);
+                        ig_chunk_softmax_stats<NT>(p, chunk, acc, cm, cl, !two_visits);
                     if (visit == 0) {
 #pragma unroll
                         for (int r = 0; r < 4; ++r) {
                             const float nm = cf_max_nan(m[r], cm[r]);
-                            l[r] = (m[r] == -INFINITY ? 0.f : l[r] * __expf(m[r] - nm)) + cl[r] * __expf(cm[r] - nm);
+                            l[r] = (m[r] == -INFINITY ? 0.f : l[r] * cf_ex2((m[r] - nm) * CF_LOG2E)) +
+                                   cl[r] * cf_ex2((cm[r] - nm) * CF_LOG2E);
                             m[r] = nm;
                         }
                         continue;
                     }
-                    if (!two_visits)
-#pragma unroll
-                        for (int r = 0; r < 4; ++r) {
-                            m[r] = cm[r];
-                            l[r] = cl[r];
-                        }
-                    ig_softmax_apply<NT>(m, l, acc);
+                    if (two_visits)
+                        ig_softmax_apply<NT>(m, l, acc);
+                    else
+                        ig_softmax_scale<NT>(cl, acc);
                     ig_apply_stages<NT>(p, s, pre_end + 1, p.nstage, chunk, acc);
                 }
                 if (p.stats_mode)
                     ig_tile_stats<NT>(p, s, px, chunk, acc);
-                else
+                if (p.stats_mode != 1)
                     ig_store<NT>(p, px, chunk, acc);
             }
         }
@@ -575,6 +617,58 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
             out[c * 3] = __int_as_float(s.cta_cnt[c]);
             out[c * 3 + 1] = s.cta_mean[c];
             out[c * 3 + 2] = s.cta_m2[c];
+        }
+    }
+}
+
+/* In-place epilogue over a stored tensor (the "store, then normalise" batch-norm path): one block per
+ * (n, c) plane at a time, chain stages folded for that channel, float4 accesses when the plane allows. */
+__global__ void __launch_bounds__(256) cf_ig_inplace_kernel(const __grid_constant__ cf_ig_params p)
+{
+    const int64_t plane = (int64_t)p.oh * p.ow, planes = (int64_t)p.n * p.cout;
+    for (int64_t pl = blockIdx.x; pl < planes; pl += gridDim.x) {
+        const int c = (int)(pl % p.cout);
+        float2 tab[CF_CHAIN_MAX_OPS + 1];
+        for (int st = 0; st < p.nstage; ++st) {
+            const cf_ig_stage &sg = p.stage[st];
+            double a = 1.0, b = 0.0;
+            for (int o = sg.op_begin; o < sg.op_end; ++o)
+                cf_epi_fold_affine(p.op[o], c, &a, &b);
+            const double pre = sg.kind == CF_IG_AFFINE_SIGMOID ? -1.4426950408889634 : 1.0;
+            tab[st] = make_float2((float)(a * pre), (float)(b * pre));
+        }
+        float *y = p.dst + pl * plane;
+        auto apply = [&](float x) {
+            for (int st = 0; st < p.nstage; ++st) {
+                const int k = p.stage[st].kind;
+                if (k == CF_IG_AFFINE)
+                    x = fmaf(x, tab[st].x, tab[st].y);
+                else if (k == CF_IG_AFFINE_SIGMOID)
+                    x = cf_rcp(1.f + cf_ex2(fmaf(x, tab[st].x, tab[st].y)));
+                else if (k == CF_IG_SIGMOID)
+                    x = cf_sigmoid(x);
+                else if (k == CF_IG_RELU)
+                    x = cf_relu(x);
+                else if (k == CF_IG_TANH)
+                    x = cf_tanh(x);
+                else if (k == CF_IG_GELU)
+                    x = cf_gelu(x);
+            }
+            return x;
+        };
+        if (plane % 4 == 0) {
+            float4 *y4 = reinterpret_cast<float4 *>(y);
+            for (int64_t i = threadIdx.x; i < plane / 4; i += blockDim.x) {
+                float4 v = y4[i];
+                v.x = apply(v.x);
+                v.y = apply(v.y);
+                v.z = apply(v.z);
+                v.w = apply(v.w);
+                y4[i] = v;
+            }
+        } else {
+            for (int64_t i = threadIdx.x; i < plane; i += blockDim.x)
+                y[i] = apply(y[i]);
         }
     }
 }

@@ -467,6 +467,155 @@ static void test_execute(void)
                 "desc.pad_w = -1");
 }
 
+/* Chains corrupted behind the API's back (a struct filled by hand, a stale handle): a status, never a read
+ * past the op array. White-box: writes struct cf_chain directly. */
+static void test_malformed_chain(void)
+{
+    cf_conv_desc_t d = small_conv();
+    cf_plan_t plan = NULL;
+    cf_chain_t chain;
+    CHECK_STATUS(cf_chain_create(&chain), CF_STATUS_SUCCESS);
+    /* an empty chain is valid: the conv alone */
+    CHECK_STATUS(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_SUCCESS);
+    cf_plan_destroy(plan);
+
+    chain->length = CF_CHAIN_MAX_OPS + 1;
+    CHECK_ERROR(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "chain is malformed: length = 17");
+    CHECK(plan == NULL);
+    chain->length = -1;
+    CHECK_ERROR(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "length = -1");
+    chain->length = 0;
+    cf_chain_append_relu(chain);
+    cf_chain_append_mul_scalar(chain, 2.0);
+    cf_chain_append_batch_norm(chain, CF_BN_TRAINING, 1e-5, 0.1);
+    chain->ops[0].kind = (cf_op_kind_t)99;
+    CHECK_ERROR(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "chain op 0 is malformed: kind = 99");
+    chain->ops[0].kind = CF_OP_COUNT;
+    CHECK_ERROR(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "kind = 10");
+    chain->ops[0].kind = CF_OP_RELU;
+    chain->ops[1].scalar = NAN;
+    CHECK_ERROR(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "chain op 1 (mul_scalar) is malformed: s = nan");
+    chain->ops[1].scalar = 2.0;
+    chain->ops[2].eps = 0.0;
+    CHECK_ERROR(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "chain op 2 (batch_norm) is malformed");
+    chain->ops[2].eps = 1e-5;
+    chain->ops[2].bn_mode = (cf_bn_mode_t)5;
+    CHECK_ERROR(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "mode = 5");
+    chain->ops[2].bn_mode = CF_BN_TRAINING;
+    chain->ops[2].momentum = 2.0;
+    CHECK_ERROR(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "momentum = 2");
+    chain->ops[2].momentum = CF_BN_MOMENTUM_CUMULATIVE;
+    CHECK_STATUS(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_SUCCESS);
+    cf_plan_destroy(plan);
+    cf_chain_destroy(chain);
+}
+
+/* dst aliasing an input: refused, naming the input (the header says dst must not overlap the inputs). */
+static void test_dst_overlap(void)
+{
+    cf_conv_desc_t d = small_conv(); /* src 384, wei 108, dst 288 floats */
+    static float buf[2048];
+    float va[4] = {1, 2, 3, 4};
+    cf_chain_t chain;
+    cf_chain_create(&chain);
+    cf_chain_append_add_channel(chain);
+    cf_plan_t plan;
+    CHECK_STATUS(cf_plan_create(&plan, &d, chain, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_SUCCESS);
+    cf_args_t args;
+    memset(&args, 0, sizeof args);
+    args.src = buf;           /* [0, 384) */
+    args.wei = buf + 384;     /* [384, 492) */
+    args.bia = buf + 492;     /* [492, 496) */
+    args.ops[0].channel_a = va;
+    args.dst = buf + 383;     /* last src element */
+    CHECK_ERROR(cf_plan_execute(plan, &args, NULL, 0, NULL), CF_STATUS_INVALID_ARGUMENT, "args.dst overlaps args.src");
+    args.dst = buf + 200;
+    CHECK_ERROR(cf_plan_execute(plan, &args, NULL, 0, NULL), CF_STATUS_INVALID_ARGUMENT, "args.dst overlaps args.src");
+    args.src = buf + 1024;    /* away from dst [200, 488): now it covers wei */
+    CHECK_ERROR(cf_plan_execute(plan, &args, NULL, 0, NULL), CF_STATUS_INVALID_ARGUMENT, "args.dst overlaps args.wei");
+    args.dst = buf + 496;     /* [496, 784): touches nothing */
+    args.ops[0].channel_a = buf + 783;
+    CHECK_ERROR(cf_plan_execute(plan, &args, NULL, 0, NULL), CF_STATUS_INVALID_ARGUMENT,
+                "args.dst overlaps args.ops[0].channel_a");
+    args.ops[0].channel_a = buf + 784; /* adjacent, not overlapping */
+    CHECK_STATUS(cf_plan_execute(plan, &args, NULL, 0, NULL), CF_STATUS_SUCCESS);
+    args.bia = buf + 495 + 288; /* inside dst (ignored only when has_bias = 0) */
+    CHECK_ERROR(cf_plan_execute(plan, &args, NULL, 0, NULL), CF_STATUS_INVALID_ARGUMENT, "args.dst overlaps args.bia");
+    cf_plan_destroy(plan);
+    cf_chain_destroy(chain);
+}
+
+/* Tensors past 2^31 elements plan fine on the CPU backend (64-bit sizes throughout; not executed here: the
+ * double intermediate alone would be 32 GiB); sizes no address space can hold are refused with a message. */
+static void test_large_tensors(void)
+{
+    cf_conv_desc_t d;
+    cf_plan_t plan = NULL;
+    /* conv_transpose2d 64x256x256x256 -> 64x256x512x512: 2^32 output elements (16 GiB of float) */
+    cf_conv_desc_init(&d, CF_CONV_TRANSPOSE_2D, 64, 256, 256, 256, 256, 4, 4);
+    d.stride_h = d.stride_w = 2;
+    d.pad_h = d.pad_w = 1;
+    CHECK_STATUS(cf_plan_create(&plan, &d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_SUCCESS);
+    if (plan != NULL) {
+        int64_t oh = 0, ow = 0;
+        CHECK_STATUS(cf_plan_output_dims(plan, &oh, &ow), CF_STATUS_SUCCESS);
+        CHECK(oh == 512 && ow == 512);
+        CHECK(cf_plan_dst_elems(plan) == (int64_t)1 << 32);
+        CHECK(cf_plan_dst_elems(plan) > INT32_MAX);
+        CHECK(cf_plan_src_elems(plan) == (int64_t)1 << 30);
+        const char *name = NULL;
+        CHECK_STATUS(cf_plan_impl_name(plan, &name), CF_STATUS_SUCCESS);
+        CHECK(name != NULL && strcmp(name, "cpu_reference") == 0);
+        cf_plan_destroy(plan);
+    }
+    /* a single output plane past 2^31 (OH*OW = 2^32): 1x1 conv on 65536x65536 */
+    cf_conv_desc_init(&d, CF_CONV_2D, 1, 1, 65536, 65536, 1, 1, 1);
+    CHECK_STATUS(cf_plan_create(&plan, &d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_SUCCESS);
+    cf_plan_destroy(plan);
+
+    /* The per-tensor limit, 2^48 bytes = 2^46 floats: exactly at it passes, one plane more does not. */
+    cf_conv_desc_init(&d, CF_CONV_2D, (int64_t)1 << 20, 1, 1024, 1024, 64, 1, 1); /* dst = 2^46 */
+    int64_t oh, ow;
+    CHECK_STATUS(cf_conv_desc_output_dims(&d, &oh, &ow), CF_STATUS_SUCCESS);
+    d.c_out = 65;
+    CHECK_ERROR(cf_conv_desc_output_dims(&d, &oh, &ow), CF_STATUS_INVALID_ARGUMENT, "dst has too many elements");
+    CHECK(strstr(cf_last_error(), "2^48 bytes") != NULL);
+
+    /* Absurd sizes: n = 2^40 with a small image. */
+    cf_conv_desc_init(&d, CF_CONV_2D, (int64_t)1 << 40, 3, 8, 8, 4, 3, 3);
+    plan = (cf_plan_t)&d;
+    CHECK_ERROR(cf_plan_create(&plan, &d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "desc: src has too many elements (n*c_in*h*w = 1099511627776*3*8*8");
+    CHECK(plan == NULL);
+    cf_conv_desc_init(&d, CF_CONV_TRANSPOSE_2D, 1, 1, (int64_t)1 << 40, 1, 1, 1, 1);
+    d.stride_h = (int64_t)1 << 20; /* OH = (2^40-1)*2^20 + 1: overflows no int64, but no tensor is that big */
+    CHECK_ERROR(cf_plan_create(&plan, &d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "dst has too many elements");
+    d.stride_h = (int64_t)1 << 40; /* (2^40-1)*2^40 overflows int64 */
+    CHECK_ERROR(cf_plan_create(&plan, &d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "overflows int64");
+    cf_conv_desc_init(&d, CF_CONV_2D, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, 1, 1);
+    CHECK_ERROR(cf_plan_create(&plan, &d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "too many elements");
+    cf_conv_desc_init(&d, CF_CONV_2D, 1, 1, 8, 8, 1, INT64_MAX, 1);
+    CHECK_ERROR(cf_plan_create(&plan, &d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_SHAPE, "height");
+    cf_conv_desc_init(&d, CF_CONV_2D, 1, 1, 8, 8, 1, 3, 3);
+    d.pad_w = INT64_MAX;
+    CHECK_ERROR(cf_plan_create(&plan, &d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "overflow");
+    d.pad_w = INT64_MIN;
+    CHECK_ERROR(cf_plan_create(&plan, &d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
+                "desc.pad_w = -9223372036854775808");
+}
+
 static void test_verbose(void)
 {
     setenv("CONVFUSE_VERBOSE", "plans, dispatch ,x", 1);
@@ -509,6 +658,9 @@ int main(void)
     test_chain();
     test_plan();
     test_execute();
+    test_malformed_chain();
+    test_dst_overlap();
+    test_large_tensors();
     test_verbose();
 #ifndef __STDC_NO_THREADS__
     test_thread_local_error();
