@@ -222,7 +222,7 @@ def plot(result, path):
 
     rows = result.get("rows", [])
     labels = [f"{r['block'].replace('kb2-', '')}\nN={r['n']}" for r in rows]
-    fig, (ax_t, ax_f) = plt.subplots(1, 2, figsize=(max(12, 1.1 * len(rows) * 2), 5.5))
+    fig, (ax_t, ax_f) = plt.subplots(1, 2, figsize=(16, 5.5))
     width = 0.27
     colors = {"eager": "#9e9e9e", "compile": "#4c72b0", "convfuse": "#dd8452"}
     for i, name in enumerate(IMPLS):

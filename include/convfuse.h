@@ -137,7 +137,8 @@ CF_API cf_status_t cf_conv_desc_init(cf_conv_desc_t *desc, cf_conv_kind_t kind, 
 
 /**
  * Validate @p desc and compute the output height and width.
- * @returns CF_STATUS_INVALID_ARGUMENT (NULL pointer, size < 1, negative padding, output_padding too large),
+ * @returns CF_STATUS_INVALID_ARGUMENT (NULL pointer, size < 1, negative padding, output_padding too large,
+ *          sizes overflowing int64, a tensor of more than 2^46 elements = 2^48 bytes, which no address space holds),
  *          CF_STATUS_INVALID_SHAPE (output would be empty), CF_STATUS_NOT_SUPPORTED (groups != 1, dtype).
  */
 CF_API cf_status_t cf_conv_desc_output_dims(const cf_conv_desc_t *desc, int64_t *oh, int64_t *ow);
@@ -265,7 +266,8 @@ typedef const struct cf_plan *const_cf_plan_t;
  * Validate @p desc and @p chain for @p backend and choose the implementation (fastest that supports it;
  * `CONVFUSE_VERBOSE=dispatch` prints every refusal and its reason to stderr). The chain is copied.
  * Allocates only host memory; never touches the device beyond querying its properties.
- * @returns CF_STATUS_INVALID_ARGUMENT / CF_STATUS_INVALID_SHAPE (see cf_conv_desc_output_dims()),
+ * @returns CF_STATUS_INVALID_ARGUMENT / CF_STATUS_INVALID_SHAPE (see cf_conv_desc_output_dims(); also a
+ *          malformed @p chain, e.g. a corrupted handle),
  *          CF_STATUS_NOT_SUPPORTED (no implementation of this backend serves the chain; the message says why),
  *          CF_STATUS_BACKEND_UNAVAILABLE (CUDA not built in, or no device).
  */
@@ -282,7 +284,7 @@ CF_API cf_status_t cf_plan_workspace_size(const_cf_plan_t plan, size_t *bytes);
 /**
  * Run the plan. CUDA: enqueued on @p stream (a cudaStream_t; NULL = legacy default stream), asynchronous,
  * no allocation, no host synchronisation (CUDA-graph capturable). CPU: synchronous; @p stream is ignored.
- * @returns CF_STATUS_INVALID_ARGUMENT (a required pointer NULL, named in the message),
+ * @returns CF_STATUS_INVALID_ARGUMENT (a required pointer NULL, or dst overlapping an input; named in the message),
  *          CF_STATUS_WORKSPACE_TOO_SMALL, CF_STATUS_CUDA_ERROR (launch failure, with the CUDA text),
  *          CF_STATUS_OUT_OF_MEMORY (CPU intermediates).
  */

@@ -188,7 +188,8 @@ def check(problem, device, trials=5, seed=42, mode="train", ref_path=None, reduc
             a, b = getattr(model.bn, name), getattr(model_new.bn, name)
             same = torch.allclose(a.double(), b.double(), atol=TOL, rtol=TOL)
             if not same:
-                log(f"  FAIL bn.{name} differs after {trials} trials: max|diff|={(a.double() - b.double()).abs().max():.2e}")
+                err = (a.double() - b.double()).abs().max().item()
+                log(f"  FAIL bn.{name} differs after {trials} trials: max|diff|={err:.2e}")
                 ok = False
     fallbacks = convfuse.fallback_counts()
     if fallbacks:

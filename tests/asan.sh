@@ -11,10 +11,10 @@ B=build-asan
 
 echo "== asan: configure + build ($B/, Debug, -fsanitize=address,undefined)"
 # The shape fuzzer runs fewer cases here: unoptimised, instrumented code is ~10x slower.
+mkdir -p "$B"
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Debug -DCONVFUSE_SANITIZE=ON -DCONVFUSE_CUDA=OFF -DCONVFUSE_BUILD_CLI=OFF \
-    -DCONVFUSE_FUZZ_SHAPES_CPU_COUNT="${FUZZ_SHAPES_COUNT:-150}" "$@" >"$B.configure.log" 2>&1 \
-    || { cat "$B.configure.log"; echo "asan: FAILED: configure"; exit 1; }
-mv -f "$B.configure.log" "$B/configure.log"
+    -DCONVFUSE_FUZZ_SHAPES_CPU_COUNT="${FUZZ_SHAPES_COUNT:-200}" "$@" >"$B/configure.log" 2>&1 \
+    || { cat "$B/configure.log"; echo "asan: FAILED: configure"; exit 1; }
 cmake --build "$B" -j "$JOBS" >"$B/build.log" 2>&1 || { tail -40 "$B/build.log"; echo "asan: FAILED: build"; exit 1; }
 
 echo "== asan: ctest"

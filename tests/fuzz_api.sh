@@ -33,10 +33,10 @@ if ! have_libfuzzer; then
 fi
 
 echo "== fuzz_api: build ($B/, $(clang --version | head -1))"
+mkdir -p "$B"
 CC=clang cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVFUSE_CUDA=OFF -DCONVFUSE_LIBFUZZER=ON \
-    -DCONVFUSE_SANITIZE=ON -DCONVFUSE_BUILD_CLI=OFF >"$B.configure.log" 2>&1 \
-    || { cat "$B.configure.log"; echo "fuzz_api: FAILED: configure"; exit 1; }
-mv -f "$B.configure.log" "$B/configure.log"
+    -DCONVFUSE_SANITIZE=ON -DCONVFUSE_BUILD_CLI=OFF >"$B/configure.log" 2>&1 \
+    || { cat "$B/configure.log"; echo "fuzz_api: FAILED: configure"; exit 1; }
 cmake --build "$B" -j "$JOBS" --target fuzz_api >"$B/build.log" 2>&1 \
     || { tail -40 "$B/build.log"; echo "fuzz_api: FAILED: build"; exit 1; }
 

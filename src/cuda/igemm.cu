@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* Measured choice between the two training batch-norm paths (docs/kb2_73.md). */
-#define CF_IG_BN_INPLACE_DEFAULT false
+#define CF_IG_BN_INPLACE_DEFAULT true
 
 #define CF_CUDA_TRY(call)                                                                                   \
     do {                                                                                                    \

@@ -111,7 +111,9 @@ struct ig_pixels {
     int img[4];            /* image index, -1 past the end of the phase */
     int ihb[4], iwb[4];    /* a_h*j, a_w*i */
     float *dst_pix[4];     /* dst at (img, channel 0, oh, ow) */
-    const float *a_ptr[4]; /* current tap: src + img*C_in*H*W + ih*W + iw, or NULL if outside */
+    const float *src_img[4]; /* src at (img, channel 0) */
+    const float *a_ptr[4];   /* current tap: src_img + ih*W + iw; p.src (in bounds, never read) if outside */
+    unsigned a_ok;           /* bit r: pixel r's current tap lies inside the image */
 };
 
 /* Issue this thread's 8 A elements of one k8 step into stage `slot` (4-byte cp.async; zero-filled where
@@ -123,13 +125,18 @@ __device__ __forceinline__ void ig_issue_a(const cf_ig_params &p, const ig_smem 
 {
     const int64_t hw4 = (int64_t)4 * p.h * p.w;
     const uint32_t base = (uint32_t)__cvta_generic_to_shared(s.a + slot * 8 * CF_IG_THREADS + threadIdx.x);
-    const bool ok_lo = ci0 < p.cin, ok_hi = ci0 + 4 < p.cin;
+    /* C_in a multiple of 8 (the usual case) needs no channel test */
+    const bool all_ci = p.cin_pad == p.cin;
+    const bool ok_lo = all_ci || ci0 < p.cin, ok_hi = all_ci || ci0 + 4 < p.cin;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-        const int mt = e >> 2, q = e & 3;
-        const float *ptr = px.a_ptr[mt * 2 + (q & 1)];
-        const bool ok = ptr != nullptr && ((q >> 1) ? ok_hi : ok_lo);
-        const float *src = ok ? ptr + koff + ((q >> 1) ? hw4 : 0) : p.src;
+        const int mt = e >> 2, q = e & 3, r = mt * 2 + (q & 1);
+        const bool ok = ((px.a_ok >> r) & 1) && ((q >> 1) ? ok_hi : ok_lo);
+        /* With C_in a multiple of 8, a_ptr + koff stays inside src even for an outside tap (a_ptr = p.src,
+         * koff < C_in*H*W); padded channels could point past it, so they read from p.src (never read: size 0). */
+        const float *src = px.a_ptr[r] + koff + ((q >> 1) ? hw4 : 0);
+        if (!all_ci && !ok)
+            src = p.src;
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(base + e * CF_IG_THREADS * 4), "l"(src),
                      "r"(ok ? 4 : 0));
     }
@@ -143,11 +150,13 @@ __device__ __forceinline__ void ig_wait() { asm volatile("cp.async.wait_group %0
 __device__ __forceinline__ void ig_set_tap(const cf_ig_params &p, const ig_smem &s, ig_pixels &px, int tap)
 {
     const int dh = s.tap_dh[tap], dw = s.tap_dw[tap];
+    px.a_ok = 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int ih = px.ihb[i] + dh, iw = px.iwb[i] + dw;
         const bool in = px.img[i] >= 0 && ih >= 0 && ih < p.h && iw >= 0 && iw < p.w;
-        px.a_ptr[i] = in ? p.src + (int64_t)px.img[i] * p.cin * p.h * p.w + (ih * p.w + iw) : nullptr;
+        px.a_ptr[i] = in ? px.src_img[i] + (ih * p.w + iw) : p.src;
+        px.a_ok |= (unsigned)in << i;
     }
 }
 
@@ -564,6 +573,7 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
             px.ihb[r] = a_h * j;
             px.iwb[r] = a_w * i;
             px.dst_pix[r] = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (qw + p.sw * i));
+            px.src_img[r] = p.src + (int64_t)img * p.cin * p.h * p.w;
         }
 
         /* One code path for both softmax cases (a second inlined copy of the main loop and epilogue
