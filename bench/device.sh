@@ -37,6 +37,17 @@ for step in "$@"; do
         rm -f "$OUT/prof_$blk.ncu-rep"
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
         ls -la "$OUT" ;;
+    fuzz) timeout 300 .devbuild/fuzz_shapes --backend cuda --count ${FUZZ_COUNT:-1000} --seed ${FUZZ_SEED:-1} 2>&1 | tail -8
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    sanitize) timeout 500 bash tests/sanitize_gpu.sh .devbuild || rc=1 ;;
+    cli)
+        for a in "run kb2-91" "run kb2-91 --strict-fp32" "run kb2-73 --mode train" "run kb2-73 --mode eval" "list" "info"; do
+            echo "--- convfuse $a"; timeout 240 .devbuild/convfuse $a 2>&1 | tail -14 || rc=1
+        done ;;
+    kbcheck) timeout 300 python3 kernelbench/check.py --problem all --device cuda --trials ${KB_TRIALS:-3} 2>&1 | tail -20
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+        timeout 200 python3 kernelbench/check.py --problem 73 --mode eval --device cuda --trials 2 2>&1 | tail -6 ;;
+    report) timeout 560 python3 bench/report.py --out-dir "$OUT" ${REPORT_ARGS:-} 2>&1 | tail -40 || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac
 done

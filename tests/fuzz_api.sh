@@ -71,6 +71,9 @@ seeds = {
     "corrupt_kind": desc(0, 1, 1, 3, 3, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1) + bytes([4, 2, 7, 8, 1, 0xEA]),
     # dst aliasing src, and a missing bias
     "alias": desc(0, 1, 2, 4, 4, 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1) + bytes([0, 0, 0x81]) + data,
+    # regression: stride INT64_MAX with padding 2^31 overflowed the CPU loop bounds (fixed in reference.c)
+    "huge_stride": bytes([9, 2, 3, 0x78, 0, 0, 0, 0x7e, 0xea, 0xe5, 0xe9, 0xe8, 0, 0, 0, 0, 0, 0x1b, 0, 0, 2, 0, 0,
+                          0x21, 0x7a, 4, 0x4b, 0x4b]),
     "nobias": desc(0, 1, 2, 4, 4, 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1) + bytes([0, 0, 0x11]) + data,
 }
 for name, b in seeds.items():

@@ -23,7 +23,8 @@
 
 static int64_t ceil_div_nonneg(int64_t a, int64_t b)
 {
-    return (a + b - 1) / b;
+    /* not (a + b - 1) / b: that overflows for strides near INT64_MAX (found by tests/c/fuzz_api.c) */
+    return a / b + (a % b != 0);
 }
 
 /* Indices i in [0, count) with 0 <= i*stride + offset < limit, as [*lo, *hi) (empty if *lo >= *hi). */

@@ -614,6 +614,26 @@ static void test_large_tensors(void)
     d.pad_w = INT64_MIN;
     CHECK_ERROR(cf_plan_create(&plan, &d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT), CF_STATUS_INVALID_ARGUMENT,
                 "desc.pad_w = -9223372036854775808");
+
+    /* Valid but extreme: stride INT64_MAX, padding 2^31 (found by fuzz_api: the CPU loop bounds overflowed).
+     * OW = (1 + 2^32 - 5) / INT64_MAX + 1 = 1, and every tap lands in the padding: dst = bias. */
+    cf_conv_desc_init(&d, CF_CONV_2D, 1, 1, 1, 1, 1, 1, 5);
+    d.stride_w = INT64_MAX;
+    d.pad_w = (int64_t)1 << 31;
+    d.stride_h = INT64_MAX;
+    d.pad_h = INT64_MAX / 4;
+    const float one = 1.0f, w5[5] = {1, 1, 1, 1, 1}, b = 0.25f;
+    float out = NAN;
+    cf_args_t args;
+    memset(&args, 0, sizeof args);
+    args.src = &one;
+    args.wei = w5;
+    args.bia = &b;
+    args.dst = &out;
+    CHECK_STATUS(cf_conv_desc_output_dims(&d, &oh, &ow), CF_STATUS_SUCCESS);
+    CHECK(oh == 1 && ow == 1);
+    CHECK_STATUS(cf_run(&d, NULL, CF_BACKEND_CPU, CF_MATH_DEFAULT, &args, NULL, 0, NULL), CF_STATUS_SUCCESS);
+    CHECK(out == 0.25f);
 }
 
 static void test_verbose(void)
