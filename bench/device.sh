@@ -47,6 +47,10 @@ for step in "$@"; do
     kbcheck) timeout 300 python3 kernelbench/check.py --problem all --device cuda --trials ${KB_TRIALS:-3} 2>&1 | tail -20
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
         timeout 200 python3 kernelbench/check.py --problem 73 --mode eval --device cuda --trials 2 2>&1 | tail -6 ;;
+    large)  # tensors past 2^31 bytes (N=256: y is 2.2 GB) and past 2^31 elements (N=1024: 2.2 G elements, 8.7 GB)
+        for n in 256 1024; do
+            echo "--- convfuse run kb2-91 --batch $n"; timeout 240 .devbuild/convfuse run kb2-91 --batch $n --iters 5 2>&1 | tail -6 || rc=1
+        done ;;
     report) timeout 560 python3 bench/report.py --out-dir "$OUT" ${REPORT_ARGS:-} 2>&1 | tail -40 || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac
