@@ -28,8 +28,8 @@ for step in "$@"; do
             --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,smsp__inst_executed.sum \
             python3 bench/profile_one.py $blk ${NCU_N:-16} > "$OUT/ncu_$blk.txt" 2>&1 || rc=1
         grep -E "Duration|Throughput|Busy|Stall|Warp Cycles|Issued|Registers|Theoretical Occ|Achieved Occ|dram__|lts__t_bytes|inst_executed|Hit Rate|Bank" "$OUT/ncu_$blk.txt" | head -60 ;;
-    full91|full73)
-        blk=kb2-${step#full}
+    full91|full73|full73e)
+        blk=kb2-${step#full}; [ "$step" = full73e ] && blk=kb2-73-eval
         timeout 400 ncu --set full --import-source no --kernel-name regex:cf_ig_kernel --launch-skip ${NCU_SKIP:-1} --launch-count 1 \
             -o "$OUT/prof_$blk" -f python3 bench/profile_one.py $blk ${NCU_N:-16} > /dev/null 2>&1 || rc=1
         ncu --import "$OUT/prof_$blk.ncu-rep" --page details > "$OUT/details_$blk.txt" 2>&1
@@ -47,6 +47,10 @@ for step in "$@"; do
     kbcheck) timeout 300 python3 kernelbench/check.py --problem all --device cuda --trials ${KB_TRIALS:-3} 2>&1 | tail -20
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
         timeout 200 python3 kernelbench/check.py --problem 73 --mode eval --device cuda --trials 2 2>&1 | tail -6 ;;
+    variants)  # which kernel variant each default block launches
+        for a in "kb2-91" "kb2-73 --mode eval" "kb2-73 --mode train"; do
+            CONVFUSE_VERBOSE=launch timeout 120 .devbuild/convfuse run $a --iters 3 2>&1 | grep -E "launch:" | sort -u
+        done ;;
     large)  # tensors past 2^31 bytes (N=256: y is 2.2 GB) and past 2^31 elements (N=1024: 2.2 G elements, 8.7 GB)
         for n in 256 1024; do
             echo "--- convfuse run kb2-91 --batch $n"; timeout 240 .devbuild/convfuse run kb2-91 --batch $n --iters 5 2>&1 | tail -6 || rc=1

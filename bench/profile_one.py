@@ -22,7 +22,8 @@ else:
     b = torch.randn(64, device="cuda") * 0.1
     g, be = torch.rand(64, device="cuda") + 0.5, torch.randn(64, device="cuda")
     rm, rv, nbt = torch.zeros(64, device="cuda"), torch.ones(64, device="cuda"), torch.zeros((), dtype=torch.int64, device="cuda")
+    training = block != "kb2-73-eval"
     for _ in range(3):
-        y = convfuse.conv_bn_scale(x, w, b, g, be, rm, rv, nbt, True, 0.1, 1e-5, 2.0)
+        y = convfuse.conv_bn_scale(x, w, b, g, be, rm, rv, nbt, training, 0.1, 1e-5, 2.0)
 torch.cuda.synchronize()
 print("ok", tuple(y.shape), float(y.float().mean()))
