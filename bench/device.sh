@@ -51,6 +51,14 @@ for step in "$@"; do
         for a in "kb2-91" "kb2-73 --mode eval" "kb2-73 --mode train"; do
             CONVFUSE_VERBOSE=launch timeout 120 .devbuild/convfuse run $a --iters 3 2>&1 | grep -E "launch:" | sort -u
         done ;;
+    ab)  # the same blocks on the wgmma and the mma.sync variants (CONVFUSE_IG_MMA=sync), CLI timing + float64 check
+        for a in "kb2-91" "kb2-73 --mode eval" "kb2-73 --mode train"; do
+            for v in wgmma sync; do
+                echo "--- $v: convfuse run $a"
+                CONVFUSE_IG_MMA=$v CONVFUSE_VERBOSE=launch timeout 200 .devbuild/convfuse run $a --iters ${AB_ITERS:-20} 2>&1 \
+                    | grep -vE "^\s*$" | sort -u | tail -8 || rc=1
+            done
+        done ;;
     large)  # tensors past 2^31 bytes (N=256: y is 2.2 GB) and past 2^31 elements (N=1024: 2.2 G elements, 8.7 GB)
         for n in 256 1024; do
             echo "--- convfuse run kb2-91 --batch $n"; timeout 240 .devbuild/convfuse run kb2-91 --batch $n --iters 5 2>&1 | tail -6 || rc=1

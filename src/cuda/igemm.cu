@@ -25,22 +25,24 @@
 typedef void (*ig_kernel_fn)(const cf_ig_params);
 
 struct ig_variant {
-    int nt, passes;
+    int nt, passes, wg;
     ig_kernel_fn fn;
 };
 
 /* One CTA of 256 threads per SM: with the 128-register cap of two per SM the NT=4/8 bodies spilled
  * (ptxas -v: up to 2 KB of spill loads), so every variant takes the full register file for now. */
-static const ig_variant ig_variants[] = {
-    {4, 1, cf::cf_ig_kernel<4, 1, 1>},  {8, 1, cf::cf_ig_kernel<8, 1, 1>},  {16, 1, cf::cf_ig_kernel<16, 1, 1>},
-    {4, 3, cf::cf_ig_kernel<4, 3, 1>},  {8, 3, cf::cf_ig_kernel<8, 3, 1>},  {16, 3, cf::cf_ig_kernel<16, 3, 1>},
-};
+#define CF_IG_VARIANTS(wg)                                                                                 \
+    {4, 1, wg, cf::cf_ig_kernel<4, 1, 1, wg>}, {8, 1, wg, cf::cf_ig_kernel<8, 1, 1, wg>},                      \
+        {16, 1, wg, cf::cf_ig_kernel<16, 1, 1, wg>}, {4, 3, wg, cf::cf_ig_kernel<4, 3, 1, wg>},                 \
+        {8, 3, wg, cf::cf_ig_kernel<8, 3, 1, wg>}, {16, 3, wg, cf::cf_ig_kernel<16, 3, 1, wg>}
+/* mma.sync (8 warps x 32 pixels, any B) and wgmma (4 warpgroups x 64 pixels, B resident) */
+static const ig_variant ig_variants[] = {CF_IG_VARIANTS(false), CF_IG_VARIANTS(true)};
 #define CF_IG_MAX_BLOCKS_PER_SM 2
 
-static ig_kernel_fn ig_pick(int nt, int passes)
+static ig_kernel_fn ig_pick(int nt, int passes, int wg)
 {
     for (size_t i = 0; i < sizeof ig_variants / sizeof ig_variants[0]; ++i)
-        if (ig_variants[i].nt == nt && ig_variants[i].passes == passes)
+        if (ig_variants[i].nt == nt && ig_variants[i].passes == passes && ig_variants[i].wg == wg)
             return ig_variants[i].fn;
     return NULL;
 }
@@ -115,6 +117,16 @@ int cf_ig_bn_train_index(const struct cf_plan *plan)
         if (plan->chain.ops[i].kind == CF_OP_BATCH_NORM && plan->chain.ops[i].bn_mode == CF_BN_TRAINING)
             return i;
     return -1;
+}
+
+/* 10*major + minor of the current device: the wgmma variant is sm_90a code, run only on 9.0 */
+static int device_cc_major_minor(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return 0;
+    return 10 * major + minor;
 }
 
 static int smem_optin_bytes(void)
@@ -224,7 +236,13 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     p->b_floats = 0;
     const size_t fixed = cf_ig_smem_bytes(p, nt);
     const size_t b_full = (size_t)max_taps * p->kc * p->nt_total * 64 * 4;
-    if (fixed + b_full <= limit) {
+    const char *mma_env = getenv("CONVFUSE_IG_MMA");
+    const bool allow_wg = !(mma_env && strcmp(mma_env, "sync") == 0) && device_cc_major_minor() == 90;
+    if (allow_wg && fixed + (passes == 3 ? 2 : 1) * b_full <= limit) {
+        p->resident = 1;
+        p->wg = 1;
+        p->b_floats = (int)((passes == 3 ? 2 : 1) * b_full / 4);
+    } else if (fixed + b_full <= limit) {
         p->resident = 1;
         p->b_floats = (int)(b_full / 4);
     } else {
@@ -395,7 +413,8 @@ __global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, int cpad,
 static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_count, int max_grid,
                              cudaStream_t stream, int *grid_out)
 {
-    ig_kernel_fn fn = ig_pick(nt, passes);
+    ig_kernel_fn fn = ig_pick(nt, passes, p->wg);
+    const int threads = p->wg ? 2 * CF_IG_THREADS : CF_IG_THREADS;
     if (!fn)
         return cf_error(CF_STATUS_INTERNAL_ERROR, "no kernel variant NT=%d products=%d", nt, passes);
     const size_t smem = cf_ig_smem_bytes(p, nt);
@@ -406,14 +425,14 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     attr[0].val.clusterDim.x = (unsigned)p->cluster;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
-    cfg.blockDim = dim3(CF_IG_THREADS);
+    cfg.blockDim = dim3((unsigned)threads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     /* persistent grid: as many clusters (CTAs) as can be resident at once, at most one per tile */
     int per_sm = 0;
-    CF_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn, CF_IG_THREADS, smem));
+    CF_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn, threads, smem));
     if (per_sm < 1)
         return cf_error(CF_STATUS_INTERNAL_ERROR, "kernel NT=%d does not fit an SM with %zu bytes of smem", nt, smem);
     if (per_sm > CF_IG_MAX_BLOCKS_PER_SM)
@@ -439,8 +458,9 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (grid_out)
         *grid_out = grid;
     if (cf_verbose("launch"))
-        fprintf(stderr, "convfuse: launch: igemm NT=%d products=%d grid=%d cluster=%d smem=%zu resident=%d chunks=%d "
-                        "stats=%d\n", nt, passes, grid, p->cluster, smem, p->resident, p->nchunk, p->stats_mode);
+        fprintf(stderr, "convfuse: launch: igemm %s NT=%d products=%d grid=%d cluster=%d smem=%zu resident=%d chunks=%d "
+                        "stats=%d\n", p->wg ? "wgmma" : "mma.sync", nt, passes, grid, p->cluster, smem, p->resident,
+                p->nchunk, p->stats_mode);
     return CF_STATUS_SUCCESS;
 }
 

@@ -26,7 +26,9 @@
 
 #define CF_IG_WARPS 8
 #define CF_IG_THREADS (CF_IG_WARPS * 32)
-#define CF_IG_TILE_M (CF_IG_WARPS * 32) /* pixels per tile: 32 per warp (two m16 tiles) */
+#define CF_IG_TILE_M (CF_IG_WARPS * 32) /* pixels per tile: 32 per warp (mma.sync) or 16 per warp (wgmma) */
+#define CF_IG_MAX_WARPS 16             /* wgmma variant: 4 warpgroups */
+#define CF_IG_STAGE_LD 36              /* staging row stride: 36 = 4 mod 32 words keeps the fragment writes conflict-free */
 #define CF_IG_MAX_PHASES 64
 #define CF_IG_MAX_TAPS 128
 #define CF_IG_A_STAGES 4 /* cp.async pipeline depth of the A fragments */
@@ -70,6 +72,7 @@ struct cf_ig_params {
     int cin_pad, kc;        /* C_in rounded up to 8; k8 steps per tap = cin_pad / 8 */
     int nt_total, nchunk;   /* n8 tiles over C_out; channel chunks of 8*NT */
     int resident;           /* whole B of a phase stays in shared memory */
+    int wg;                 /* wgmma variant: B in core-matrix layout (twice, big and small, for 3xTF32) */
     int kblk;               /* streaming: k8 steps per B block */
     int b_floats;           /* floats of the B buffer in shared memory */
     int nphase;
@@ -90,12 +93,13 @@ struct cf_ig_params {
 /* Shared-memory bytes the kernel needs for these parameters. */
 static inline size_t cf_ig_smem_bytes(const struct cf_ig_params *p, int nt)
 {
-    size_t bytes = (size_t)p->b_floats * 4;                   /* B fragments */
+    size_t bytes = 1024 + (size_t)p->b_floats * 4;            /* B fragments, 1 KB-aligned */
     bytes += (size_t)CF_IG_A_STAGES * 8 * CF_IG_THREADS * 4;  /* A fragments, per thread, in flight */
     bytes += (size_t)p->ntables * p->nt_total * 8 * 8;        /* affine tables, float2 per channel */
     bytes += (size_t)3 * CF_IG_MAX_TAPS * 4;                  /* tap tables */
+    bytes += (size_t)CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD * 4; /* per-warp store staging: 8 channels x 32 pixels */
     if (p->stats_mode) {
-        bytes += (size_t)CF_IG_WARPS * 8 * nt * 2 * 4 + CF_IG_WARPS * 4; /* per-warp partials + counts */
+        bytes += (size_t)CF_IG_MAX_WARPS * 8 * nt * 2 * 4 + CF_IG_MAX_WARPS * 4; /* per-warp partials + counts */
         bytes += (size_t)p->nt_total * 8 * 3 * 4;                         /* CTA running stats */
     }
     return bytes;

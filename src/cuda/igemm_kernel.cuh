@@ -5,6 +5,7 @@
 
 #include "igemm.cuh"
 #include "epilogue.cuh"
+#include "wgmma.cuh"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -30,28 +31,32 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 /* Shared-memory carve-up, identical to cf_ig_smem_bytes(). */
 struct ig_smem {
     float *b;
-    float *a; /* [CF_IG_A_STAGES][8][CF_IG_THREADS]: each thread's own A fragments */
+    float *a; /* [CF_IG_A_STAGES][4*MT][threads] (= 8 x 256): each thread's own A fragments */
     float2 *tab;
     int *tap_dh, *tap_dw, *tap_widx;
     float *warp_part; /* [warp][8*NT][2]: mean, M2 of the warp's 32 pixels */
     int *warp_cnt;    /* [warp] */
     float *cta_mean, *cta_m2;
     int *cta_cnt;
+    float *stage; /* [warp][8 channels][CF_IG_STAGE_LD]: fragment -> row-major transpose for coalesced stores */
 };
 
 template <int NT>
 __device__ __forceinline__ ig_smem ig_carve(const cf_ig_params &p, float *base)
 {
     ig_smem s;
-    s.b = base;
-    s.a = base + p.b_floats;
+    /* B starts 1 KB-aligned in the dynamic window (wgmma descriptors address it; cf_ig_smem_bytes adds 1 KB) */
+    s.b = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(base) + 1023) & ~(uintptr_t)1023);
+    s.a = s.b + p.b_floats;
     s.tab = reinterpret_cast<float2 *>(s.a + CF_IG_A_STAGES * 8 * CF_IG_THREADS);
     s.tap_dh = reinterpret_cast<int *>(s.tab + p.ntables * p.nt_total * 8);
     s.tap_dw = s.tap_dh + CF_IG_MAX_TAPS;
     s.tap_widx = s.tap_dw + CF_IG_MAX_TAPS;
-    s.warp_part = reinterpret_cast<float *>(s.tap_widx + CF_IG_MAX_TAPS);
-    s.warp_cnt = reinterpret_cast<int *>(s.warp_part + CF_IG_WARPS * 8 * NT * 2);
-    s.cta_mean = reinterpret_cast<float *>(s.warp_cnt + CF_IG_WARPS);
+    /* same order as cf_ig_smem_bytes: staging before the statistics, which exist only in stats mode */
+    s.stage = reinterpret_cast<float *>(s.tap_widx + CF_IG_MAX_TAPS);
+    s.warp_part = s.stage + CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD;
+    s.warp_cnt = reinterpret_cast<int *>(s.warp_part + CF_IG_MAX_WARPS * 8 * NT * 2);
+    s.cta_mean = reinterpret_cast<float *>(s.warp_cnt + CF_IG_MAX_WARPS);
     s.cta_m2 = s.cta_mean + p.nt_total * 8;
     s.cta_cnt = reinterpret_cast<int *>(s.cta_m2 + p.nt_total * 8);
     return s;
@@ -94,7 +99,7 @@ template <int PASSES>
 __device__ void ig_load_b(const cf_ig_params &p, const ig_smem &s, int ks0, int nks, int nt0, int nnt)
 {
     const int total = nks * nnt * 64;
-    for (int e = threadIdx.x; e < total; e += CF_IG_THREADS) {
+    for (int e = threadIdx.x; e < total; e += blockDim.x) {
         const int j = e & 1, lane = (e >> 1) & 31, rest = e >> 6;
         const int nt = rest % nnt, ks = ks0 + rest / nnt;
         const int tap = ks / p.kc, kcc = ks - tap * p.kc;
@@ -105,14 +110,16 @@ __device__ void ig_load_b(const cf_ig_params &p, const ig_smem &s, int ks0, int 
     }
 }
 
-/* Per-thread pixel bookkeeping: 4 pixels = 2 m16 tiles x rows (g, g+8). Kept small: it lives in
+/* Per-thread pixel bookkeeping: 2*MT pixels = MT m16 tiles x rows (g, g+8). Kept small: it lives in
  * registers next to the accumulators. */
+template <int MT>
 struct ig_pixels {
-    int img[4];            /* image index, -1 past the end of the phase */
-    int ihb[4], iwb[4];    /* a_h*j, a_w*i */
-    float *dst_pix[4];     /* dst at (img, channel 0, oh, ow) */
-    const float *src_img[4]; /* src at (img, channel 0) */
-    const float *a_ptr[4];   /* current tap: src_img + ih*W + iw; p.src (in bounds, never read) if outside */
+    int img[2 * MT];            /* image index, -1 past the end of the phase */
+    int ihb[2 * MT], iwb[2 * MT]; /* a_h*j, a_w*i */
+    float *st_ptr;              /* store side: dst at (img, channel 0, oh, ow) of pixel lane % (16*MT) */
+    bool st_ok;
+    const float *src_img[2 * MT]; /* src at (img, channel 0) */
+    const float *a_ptr[2 * MT];   /* current tap: src_img + ih*W + iw; p.src (in bounds, never read) if outside */
     unsigned a_ok;           /* bit r: pixel r's current tap lies inside the image */
 };
 
@@ -120,16 +127,17 @@ struct ig_pixels {
  * the tap falls outside the image or ci >= C_in, so padding costs no branch in the MMA loop).
  * `ci0` = kcc*8 + t is this thread's first channel; `koff` = ci0*H*W. Element order e = mt*4 + q with
  * q = 0..3 the m16n8k8 A registers: a0 = (row g, k t), a1 = (row g+8, k t), a2 = (g, t+4), a3 = (g+8, t+4). */
-__device__ __forceinline__ void ig_issue_a(const cf_ig_params &p, const ig_smem &s, const ig_pixels &px, int ci0,
+template <int MT>
+__device__ __forceinline__ void ig_issue_a(const cf_ig_params &p, const ig_smem &s, const ig_pixels<MT> &px, int ci0,
                                            int64_t koff, int slot)
 {
     const int64_t hw4 = (int64_t)4 * p.h * p.w;
-    const uint32_t base = (uint32_t)__cvta_generic_to_shared(s.a + slot * 8 * CF_IG_THREADS + threadIdx.x);
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(s.a + slot * 4 * MT * blockDim.x + threadIdx.x);
     /* C_in a multiple of 8 (the usual case) needs no channel test */
     const bool all_ci = p.cin_pad == p.cin;
     const bool ok_lo = all_ci || ci0 < p.cin, ok_hi = all_ci || ci0 + 4 < p.cin;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
+    for (int e = 0; e < 4 * MT; ++e) {
         const int mt = e >> 2, q = e & 3, r = mt * 2 + (q & 1);
         const bool ok = ((px.a_ok >> r) & 1) && ((q >> 1) ? ok_hi : ok_lo);
         /* With C_in a multiple of 8, a_ptr + koff stays inside src even for an outside tap (a_ptr = p.src,
@@ -137,7 +145,7 @@ __device__ __forceinline__ void ig_issue_a(const cf_ig_params &p, const ig_smem 
         const float *src = px.a_ptr[r] + koff + ((q >> 1) ? hw4 : 0);
         if (!all_ci && !ok)
             src = p.src;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(base + e * CF_IG_THREADS * 4), "l"(src),
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(base + e * blockDim.x * 4), "l"(src),
                      "r"(ok ? 4 : 0));
     }
 }
@@ -147,12 +155,13 @@ __device__ __forceinline__ void ig_commit() { asm volatile("cp.async.commit_grou
 template <int N>
 __device__ __forceinline__ void ig_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-__device__ __forceinline__ void ig_set_tap(const cf_ig_params &p, const ig_smem &s, ig_pixels &px, int tap)
+template <int MT>
+__device__ __forceinline__ void ig_set_tap(const cf_ig_params &p, const ig_smem &s, ig_pixels<MT> &px, int tap)
 {
     const int dh = s.tap_dh[tap], dw = s.tap_dw[tap];
     px.a_ok = 0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2 * MT; ++i) {
         const int ih = px.ihb[i] + dh, iw = px.iwb[i] + dw;
         const bool in = px.img[i] >= 0 && ih >= 0 && ih < p.h && iw >= 0 && iw < p.w;
         px.a_ptr[i] = in ? px.src_img[i] + (ih * p.w + iw) : p.src;
@@ -161,13 +170,13 @@ __device__ __forceinline__ void ig_set_tap(const cf_ig_params &p, const ig_smem 
 }
 
 /* acc = conv of this thread's 4 pixels x chunk's channels. */
-template <int NT, int PASSES>
-__device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem &s, ig_pixels &px, int ntaps,
-                                            int chunk, float (&acc)[2][NT][4])
+template <int NT, int PASSES, int MT>
+__device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem &s, ig_pixels<MT> &px, int ntaps,
+                                            int chunk, float (&acc)[MT][NT][4])
 {
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -183,15 +192,15 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
     const int t = threadIdx.x & 3;
     const int64_t hw8 = (int64_t)8 * p.h * p.w;
     int64_t koff = (int64_t)t * p.h * p.w;
-    ig_set_tap(p, s, px, 0);
+    ig_set_tap<MT>(p, s, px, 0);
     for (; ks_issue < S - 1; ++ks_issue) {
         if (ks_issue < nks) {
-            ig_issue_a(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
+            ig_issue_a<MT>(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
             koff += hw8;
             if (++kc_issue == p.kc && ks_issue + 1 < nks) {
                 kc_issue = 0;
                 koff = (int64_t)t * p.h * p.w;
-                ig_set_tap(p, s, px, ++tap_issue);
+                ig_set_tap<MT>(p, s, px, ++tap_issue);
             }
         }
         ig_commit();
@@ -204,25 +213,25 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
             __syncthreads();
         }
         ig_wait<S - 2>(); /* step ks has landed (this thread's own copies: no CTA barrier needed) */
-        float ac[2][4];
-        const float *sa = s.a + (ks % S) * 8 * CF_IG_THREADS + threadIdx.x;
+        float ac[MT][4];
+        const float *sa = s.a + (ks % S) * 4 * MT * blockDim.x + threadIdx.x;
 #pragma unroll
-        for (int e = 0; e < 8; ++e)
-            ac[e >> 2][e & 3] = sa[e * CF_IG_THREADS];
+        for (int e = 0; e < 4 * MT; ++e)
+            ac[e >> 2][e & 3] = sa[e * blockDim.x];
         if (ks_issue < nks) {
-            ig_issue_a(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
+            ig_issue_a<MT>(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
             koff += hw8;
             if (++kc_issue == p.kc && ks_issue + 1 < nks) {
                 kc_issue = 0;
                 koff = (int64_t)t * p.h * p.w;
-                ig_set_tap(p, s, px, ++tap_issue);
+                ig_set_tap<MT>(p, s, px, ++tap_issue);
             }
         }
         ++ks_issue;
         ig_commit();
-        uint32_t abig[2][4], asmall[2][4];
+        uint32_t abig[MT][4], asmall[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 abig[mt][e] = tf32_rna(ac[mt][e]);
@@ -237,14 +246,14 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
             const float2 bv = bp[nt * 32];
             if (PASSES == 1) {
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
+                for (int mt = 0; mt < MT; ++mt)
                     mma_tf32(acc[mt][nt], abig[mt], __float_as_uint(bv.x), __float_as_uint(bv.y));
             } else {
                 /* 3xTF32: small*big + big*small first, then big*big (the largest term last). */
                 const uint32_t b0 = tf32_rna(bv.x), b1 = tf32_rna(bv.y);
                 const uint32_t s0 = tf32_rna(bv.x - __uint_as_float(b0)), s1 = tf32_rna(bv.y - __uint_as_float(b1));
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
+                for (int mt = 0; mt < MT; ++mt) {
                     mma_tf32(acc[mt][nt], asmall[mt], b0, b1);
                     mma_tf32(acc[mt][nt], abig[mt], s0, s1);
                     mma_tf32(acc[mt][nt], abig[mt], b0, b1);
@@ -252,6 +261,127 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
             }
         }
     }
+}
+
+
+/* wgmma variant, B resident in the core-matrix layout wgmma reads without swizzle: per (k8 step, channel
+ * chunk) a block of 8*NT x 8 values, core matrix (n/8, k/4) of 8 rows x 16 bytes at ((n/8)*2 + k/4) * 128 B
+ * (descriptor lbo = 128, sbo = 256; dev/wgmma_probe.cu checks this on the device). 3xTF32 keeps the small
+ * parts in a second copy b_floats/2 further. */
+template <int NT, int PASSES>
+__device__ void ig_load_b_wg(const cf_ig_params &p, const ig_smem &s, int ntaps, int nks)
+{
+    const int per_ks = p.nt_total * 64, half = p.b_floats / 2;
+    (void)ntaps;
+    for (int e = threadIdx.x; e < nks * per_ks; e += blockDim.x) {
+        const int ks = e / per_ks, rem = e - ks * per_ks, n = rem >> 3, k = rem & 7;
+        const int tap = ks / p.kc, kcl = ks - tap * p.kc; /* k8 steps are tap-major, channel-minor */
+        const float v = ig_wei(p, s.tap_widx[tap], kcl * 8 + k, n);
+        const int c = n / (8 * NT), nl = n - c * 8 * NT;
+        const int off = (ks * p.nchunk + c) * NT * 64 + ((nl >> 3) * 2 + (k >> 2)) * 32 + (nl & 7) * 4 + (k & 3);
+        const uint32_t big = tf32_rna(v);
+        s.b[off] = __uint_as_float(big);
+        if (PASSES == 3)
+            s.b[half + off] = __uint_as_float(tf32_rna(v - __uint_as_float(big)));
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void ig_wgmma(float (&acc)[1][NT][4], const uint32_t (&a)[4], uint64_t desc)
+{
+    float(&d)[NT * 4] = *reinterpret_cast<float(*)[NT * 4]>(&acc[0][0][0]);
+    if constexpr (NT == 16)
+        wgmma_m64n128k8_tf32(d, a, desc, 1);
+    else if constexpr (NT == 8)
+        wgmma_m64n64k8_tf32(d, a, desc, 1);
+    else
+        wgmma_m64n32k8_tf32(d, a, desc, 1);
+}
+
+/* One k8 step on the tensor core: A (this thread's 4 fragment values) from registers, B by descriptor. */
+template <int NT, int PASSES>
+__device__ __forceinline__ void ig_wg_step(const cf_ig_params &p, const ig_smem &s, const float (&av)[4], int ks,
+                                           int chunk, uint32_t (&abig)[4], uint32_t (&asmall)[4],
+                                           float (&acc)[1][NT][4])
+{
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        abig[q] = tf32_rna(av[q]);
+        if (PASSES == 3)
+            asmall[q] = tf32_rna(av[q] - __uint_as_float(abig[q]));
+    }
+    const float *blk = s.b + (ks * p.nchunk + chunk) * NT * 64;
+    wgmma_fence();
+    if (PASSES == 3) { /* small*big + big*small, then big*big */
+        ig_wgmma<NT>(acc, asmall, wgmma_desc(blk, 128, 256));
+        ig_wgmma<NT>(acc, abig, wgmma_desc(blk + p.b_floats / 2, 128, 256));
+    }
+    ig_wgmma<NT>(acc, abig, wgmma_desc(blk, 128, 256));
+    wgmma_commit();
+    wgmma_wait<1>(); /* the previous step's A registers are free again (double buffer) */
+}
+
+/* acc = conv of this thread's 2 pixels x chunk's channels on wgmma (B resident). */
+template <int NT, int PASSES>
+__device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_smem &s, ig_pixels<1> &px, int ntaps,
+                                               int chunk, float (&acc)[1][NT][4])
+{
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            acc[0][nt][e] = 0.f;
+    const int nks = ntaps * p.kc;
+    if (nks == 0)
+        return;
+    constexpr int S = CF_IG_A_STAGES;
+    int tap_issue = 0, kc_issue = 0, ks_issue = 0;
+    const int t = threadIdx.x & 3;
+    const int64_t hw8 = (int64_t)8 * p.h * p.w;
+    int64_t koff = (int64_t)t * p.h * p.w;
+    auto issue = [&]() {
+        if (ks_issue < nks) {
+            ig_issue_a<1>(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
+            koff += hw8;
+            if (++kc_issue == p.kc && ks_issue + 1 < nks) {
+                kc_issue = 0;
+                koff = (int64_t)t * p.h * p.w;
+                ig_set_tap<1>(p, s, px, ++tap_issue);
+            }
+        }
+        ++ks_issue;
+        ig_commit();
+    };
+    ig_set_tap<1>(p, s, px, 0);
+    for (int i = 0; i < S - 1; ++i)
+        issue();
+    uint32_t a0[4], s0[4], a1[4], s1[4];
+    auto fetch = [&](int ks, float (&av)[4]) {
+        ig_wait<S - 2>();
+        const float *sa = s.a + (ks % S) * 4 * blockDim.x + threadIdx.x;
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            av[q] = sa[q * blockDim.x];
+        issue();
+    };
+    for (int ks = 0; ks < nks; ks += 2) {
+        float av[4];
+        fetch(ks, av);
+        ig_wg_step<NT, PASSES>(p, s, av, ks, chunk, a0, s0, acc);
+        if (ks + 1 < nks) {
+            fetch(ks + 1, av);
+            ig_wg_step<NT, PASSES>(p, s, av, ks + 1, chunk, a1, s1, acc);
+        }
+        /* both A buffers stay allocated across the in-flight steps */
+        wgmma_pin(a0);
+        wgmma_pin(a1);
+        if (PASSES == 3) {
+            wgmma_pin(s0);
+            wgmma_pin(s1);
+        }
+    }
+    wgmma_wait<0>();
+    wgmma_pin(*reinterpret_cast<float(*)[NT * 4]>(&acc[0][0][0]));
 }
 
 /* Fold the AFFINE stages into per-channel (a, b) tables, in double, once per CTA. */
@@ -263,7 +393,7 @@ __device__ void ig_build_tables(const cf_ig_params &p, const ig_smem &s)
         if (sg.kind != CF_IG_AFFINE && sg.kind != CF_IG_AFFINE_SIGMOID)
             continue;
         const double pre = sg.kind == CF_IG_AFFINE_SIGMOID ? -1.4426950408889634 : 1.0;
-        for (int c = threadIdx.x; c < cpad; c += CF_IG_THREADS) {
+        for (int c = threadIdx.x; c < cpad; c += blockDim.x) {
             double a = 1.0, b = 0.0;
             if (c < p.cout) {
                 if (sg.with_bias && p.bia)
@@ -277,11 +407,11 @@ __device__ void ig_build_tables(const cf_ig_params &p, const ig_smem &s)
 }
 
 /* The stage kind is tested once per stage; each pointwise op gets its own unrolled loop. */
-template <int NT, typename F>
-__device__ __forceinline__ void ig_map(float (&acc)[2][NT][4], F f)
+template <int NT, int MT, typename F>
+__device__ __forceinline__ void ig_map(float (&acc)[MT][NT][4], F f)
 {
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -289,9 +419,9 @@ __device__ __forceinline__ void ig_map(float (&acc)[2][NT][4], F f)
                 acc[mt][nt][e] = f(acc[mt][nt][e]);
 }
 
-template <int NT>
+template <int NT, int MT>
 __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_smem &s, int st_begin, int st_end,
-                                                int chunk, float (&acc)[2][NT][4])
+                                                int chunk, float (&acc)[MT][NT][4])
 {
     const int t = threadIdx.x & 3;
     const int cpad = p.nt_total * 8;
@@ -303,7 +433,7 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
             for (int nt = 0; nt < NT; ++nt) {
                 const float2 t0 = tab[nt * 8], t1 = tab[nt * 8 + 1];
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
+                for (int mt = 0; mt < MT; ++mt) {
                     acc[mt][nt][0] = fmaf(acc[mt][nt][0], t0.x, t0.y);
                     acc[mt][nt][1] = fmaf(acc[mt][nt][1], t1.x, t1.y);
                     acc[mt][nt][2] = fmaf(acc[mt][nt][2], t0.x, t0.y);
@@ -316,7 +446,7 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
             for (int nt = 0; nt < NT; ++nt) {
                 const float2 t0 = tab[nt * 8], t1 = tab[nt * 8 + 1];
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
+                for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const float2 tt = (e & 1) ? t1 : t0;
@@ -324,13 +454,13 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
                     }
             }
         } else if (kind == CF_IG_SIGMOID) {
-            ig_map<NT>(acc, cf_sigmoid);
+            ig_map<NT, MT>(acc, cf_sigmoid);
         } else if (kind == CF_IG_RELU) {
-            ig_map<NT>(acc, cf_relu);
+            ig_map<NT, MT>(acc, cf_relu);
         } else if (kind == CF_IG_TANH) {
-            ig_map<NT>(acc, cf_tanh);
+            ig_map<NT, MT>(acc, cf_tanh);
         } else if (kind == CF_IG_GELU) {
-            ig_map<NT>(acc, cf_gelu);
+            ig_map<NT, MT>(acc, cf_gelu);
         }
     }
 }
@@ -338,9 +468,9 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
 /* Max and sum of exp over this chunk's channels for each of the thread's 4 pixel rows (quad-reduced).
  * fmaxf drops NaN from the max, but a NaN logit still makes its exp, the sum and so every output of the
  * pixel NaN, and +inf gives inf - inf = NaN: both as torch.softmax. With `keep`, acc becomes exp(x - max). */
-template <int NT>
-__device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, int chunk, float (&acc)[2][NT][4],
-                                                       float (&m)[4], float (&l)[4], bool keep)
+template <int NT, int MT>
+__device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, int chunk, float (&acc)[MT][NT][4],
+                                                       float (&m)[2 * MT], float (&l)[2 * MT], bool keep)
 {
     const int t = threadIdx.x & 3;
     /* padded channels (C_out not a multiple of 8*NT) take -inf: no weight in the max or the sum */
@@ -351,12 +481,12 @@ __device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, in
             for (int j = 0; j < 2; ++j)
                 if ((chunk * NT + nt) * 8 + 2 * t + j >= p.cout)
 #pragma unroll
-                    for (int mt = 0; mt < 2; ++mt) {
+                    for (int mt = 0; mt < MT; ++mt) {
                         acc[mt][nt][j] = -INFINITY;
                         acc[mt][nt][2 + j] = -INFINITY;
                     }
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 2 * MT; ++r) {
         const int mt = r >> 1, half = r & 1;
         float mx = -INFINITY;
 #pragma unroll
@@ -383,11 +513,11 @@ __device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, in
 }
 
 /* acc = exp(acc - m) / l (two-visit path: the logits were recomputed) */
-template <int NT>
-__device__ __forceinline__ void ig_softmax_apply(const float (&m)[4], const float (&l)[4], float (&acc)[2][NT][4])
+template <int NT, int MT>
+__device__ __forceinline__ void ig_softmax_apply(const float (&m)[2 * MT], const float (&l)[2 * MT], float (&acc)[MT][NT][4])
 {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 2 * MT; ++r) {
         const int mt = r >> 1, half = r & 1;
         const float inv = cf_rcp(l[r]), off = -m[r] * CF_LOG2E;
 #pragma unroll
@@ -399,11 +529,11 @@ __device__ __forceinline__ void ig_softmax_apply(const float (&m)[4], const floa
 }
 
 /* acc (already exp(x - m)) /= l */
-template <int NT>
-__device__ __forceinline__ void ig_softmax_scale(const float (&l)[4], float (&acc)[2][NT][4])
+template <int NT, int MT>
+__device__ __forceinline__ void ig_softmax_scale(const float (&l)[2 * MT], float (&acc)[MT][NT][4])
 {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 2 * MT; ++r) {
         const float inv = cf_rcp(l[r]);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -413,36 +543,47 @@ __device__ __forceinline__ void ig_softmax_scale(const float (&l)[4], float (&ac
     }
 }
 
-template <int NT>
-__device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_pixels &px, int chunk,
-                                         const float (&acc)[2][NT][4])
+/* Write the chunk: per 8-channel slab, the warp transposes its fragments through shared memory and stores
+ * each channel's 16*MT consecutive pixels with one instruction. Stored straight from the fragment layout,
+ * each store instruction touched 4 channels x 8 pixels = 4 cache lines, and the kernels were bound by the
+ * number of L2 write requests (docs/kb2_73.md). */
+template <int NT, int MT>
+__device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s, const ig_pixels<MT> &px, int chunk,
+                                         const float (&acc)[MT][NT][4])
 {
-    const int t = threadIdx.x & 3;
+    constexpr int PXW = 16 * MT, GROUPS = 32 / PXW; /* pixels per warp; channels written per instruction */
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float *stg = s.stage + (threadIdx.x >> 5) * 8 * CF_IG_STAGE_LD;
     const int plane = p.oh * p.ow; /* C_out*OH*OW < 2^31 per image (checked on the host) */
-    const bool partial = (chunk + 1) * NT * 8 > p.cout;
+    const int pl = lane % PXW, cg = lane / PXW;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const int c = (chunk * NT + nt) * 8 + 2 * t + j;
-            if (partial && c >= p.cout)
-                continue;
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int r = 0; r < 4; ++r)
-                if (px.img[r] >= 0)
-                    px.dst_pix[r][c * plane] = acc[r >> 1][nt][(r & 1) * 2 + j];
+            for (int e = 0; e < 4; ++e)
+                stg[(2 * t + (e & 1)) * CF_IG_STAGE_LD + mt * 16 + (e >> 1) * 8 + g] = acc[mt][nt][e];
+        __syncwarp();
+        const int c0 = (chunk * NT + nt) * 8;
+#pragma unroll
+        for (int it = 0; it < 8 / GROUPS; ++it) {
+            const int cl = cg + it * GROUPS;
+            if (px.st_ok && c0 + cl < p.cout)
+                px.st_ptr[(c0 + cl) * plane] = stg[cl * CF_IG_STAGE_LD + pl];
         }
+        __syncwarp();
+    }
 }
 
 /* Per-channel statistics of this tile (count, mean, M2), merged into the CTA's running values (Chan). */
-template <int NT>
-__device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_smem &s, const ig_pixels &px, int chunk,
-                                              const float (&acc)[2][NT][4])
+template <int NT, int MT>
+__device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_smem &s, const ig_pixels<MT> &px, int chunk,
+                                              const float (&acc)[MT][NT][4])
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
     int cnt = 0;
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < 2 * MT; ++r)
         cnt += px.img[r] >= 0;
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1)
@@ -453,7 +594,7 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
         for (int j = 0; j < 2; ++j) {
             float sum = 0.f;
 #pragma unroll
-            for (int r = 0; r < 4; ++r)
+            for (int r = 0; r < 2 * MT; ++r)
                 sum += px.img[r] >= 0 ? acc[r >> 1][nt][(r & 1) * 2 + j] : 0.f;
 #pragma unroll
             for (int o = 4; o < 32; o <<= 1)
@@ -461,7 +602,7 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
             const float mean = cnt ? sum / cnt : 0.f;
             float m2 = 0.f;
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
+            for (int r = 0; r < 2 * MT; ++r) {
                 const float d = acc[r >> 1][nt][(r & 1) * 2 + j] - mean;
                 m2 += px.img[r] >= 0 ? d * d : 0.f;
             }
@@ -477,11 +618,11 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
     if (lane == 0)
         s.warp_cnt[warp] = cnt;
     __syncthreads();
-    for (int cl = threadIdx.x; cl < NT * 8; cl += CF_IG_THREADS) {
+    for (int cl = threadIdx.x; cl < NT * 8; cl += blockDim.x) {
         const int c = chunk * NT * 8 + cl;
         int na = s.cta_cnt[c];
         float ma = s.cta_mean[c], qa = s.cta_m2[c];
-        for (int w = 0; w < CF_IG_WARPS; ++w) {
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) {
             const int nb = s.warp_cnt[w];
             if (nb == 0)
                 continue;
@@ -499,9 +640,12 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
     __syncthreads();
 }
 
-template <int NT, int PASSES, int MINB>
-__global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid_constant__ cf_ig_params p)
+template <int NT, int PASSES, int MINB, bool WG>
+__global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
+    cf_ig_kernel(const __grid_constant__ cf_ig_params p)
 {
+    /* mma.sync: 8 warps x 32 pixels (two m16 tiles each); wgmma: 4 warpgroups x 64 pixels (16 per warp) */
+    constexpr int MT = WG ? 1 : 2;
     extern __shared__ float4 smem_raw[];
     __shared__ int sh_ntaps, sh_nt[2], sh_k[2][CF_IG_MAX_TAPS], sh_c[2][CF_IG_MAX_TAPS];
     const ig_smem s = ig_carve<NT>(p, reinterpret_cast<float *>(smem_raw));
@@ -509,7 +653,7 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
 
     ig_build_tables(p, s);
     if (p.stats_mode)
-        for (int c = threadIdx.x; c < p.nt_total * 8; c += CF_IG_THREADS) {
+        for (int c = threadIdx.x; c < p.nt_total * 8; c += blockDim.x) {
             s.cta_cnt[c] = 0;
             s.cta_mean[c] = 0.f;
             s.cta_m2[c] = 0.f;
@@ -543,7 +687,7 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
                 sh_ntaps = sh_nt[0] * sh_nt[1];
             }
             __syncthreads();
-            for (int tp = threadIdx.x; tp < sh_ntaps; tp += CF_IG_THREADS) {
+            for (int tp = threadIdx.x; tp < sh_ntaps; tp += blockDim.x) {
                 const int a = tp / sh_nt[1], b = tp - a * sh_nt[1];
                 s.tap_dh[tp] = sh_c[0][a];
                 s.tap_dw[tp] = sh_c[1][b];
@@ -552,18 +696,23 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
             __syncthreads();
             ntaps = sh_ntaps;
             if (p.resident) {
-                ig_load_b<PASSES>(p, s, 0, ntaps * p.kc, 0, p.nt_total);
+                if constexpr (WG) {
+                    ig_load_b_wg<NT, PASSES>(p, s, ntaps, ntaps * p.kc);
+                    fence_proxy_async(); /* generic-proxy stores -> the tensor core's async proxy */
+                } else {
+                    ig_load_b<PASSES>(p, s, 0, ntaps * p.kc, 0, p.nt_total);
+                }
                 __syncthreads();
             }
         }
 
         /* this thread's 4 pixels */
-        ig_pixels px;
+        ig_pixels<MT> px;
         /* N*PH*PW < 2^31 per phase (checked on the host): 32-bit pixel arithmetic */
-        const int m0 = (tile - p.tile_start[grp]) * CF_IG_TILE_M + warp * 32;
+        const int m0 = (tile - p.tile_start[grp]) * CF_IG_TILE_M + warp * 16 * MT;
         const int mq = p.n * ph * pw;
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < 2 * MT; ++r) {
             const int m = m0 + (r >> 1) * 16 + (r & 1) * 8 + g;
             const int mm = m < mq ? m : 0;
             const int img = mm / (ph * pw);
@@ -572,33 +721,43 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
             px.img[r] = (m < mq && qw + p.sw * i < p.ow) ? img : -1;
             px.ihb[r] = a_h * j;
             px.iwb[r] = a_w * i;
-            px.dst_pix[r] = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (qw + p.sw * i));
             px.src_img[r] = p.src + (int64_t)img * p.cin * p.h * p.w;
+        }
+
+        {   /* the pixel this lane stores: warp pixel lane % (16*MT) */
+            const int m = m0 + (lane % (16 * MT));
+            const int mm = m < mq ? m : 0;
+            const int img = mm / (ph * pw), rem = mm - img * ph * pw, j = rem / pw, i = rem - j * pw;
+            px.st_ok = m < mq && qw + p.sw * i < p.ow;
+            px.st_ptr = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (qw + p.sw * i));
         }
 
         /* One code path for both softmax cases (a second inlined copy of the main loop and epilogue
          * doubled the code). With all of C_out in one chunk the softmax uses the chunk's own max/sum;
          * otherwise visit 0 accumulates an online max/sum over the chunks and visit 1 recomputes and writes. */
-        float acc[2][NT][4];
+        float acc[MT][NT][4];
         const int pre_end = p.softmax_stage >= 0 ? p.softmax_stage : p.nstage;
         const bool two_visits = p.softmax_stage >= 0 && p.nchunk > 1;
-        float m[4], l[4];
+        float m[2 * MT], l[2 * MT];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < 2 * MT; ++r) {
             m[r] = -INFINITY;
             l[r] = 0.f;
         }
         for (int visit = two_visits ? 0 : 1; visit < 2; ++visit) {
             for (int chunk = 0; chunk < p.nchunk; ++chunk) {
-                ig_mainloop<NT, PASSES>(p, s, px, ntaps, chunk, acc);
-                ig_apply_stages<NT>(p, s, 0, pre_end, chunk, acc);
+                if constexpr (WG)
+                    ig_mainloop_wg<NT, PASSES>(p, s, px, ntaps, chunk, acc);
+                else
+                    ig_mainloop<NT, PASSES, MT>(p, s, px, ntaps, chunk, acc);
+                ig_apply_stages<NT, MT>(p, s, 0, pre_end, chunk, acc);
                 if (p.softmax_stage >= 0) {
-                    float cm[4], cl[4];
+                    float cm[2 * MT], cl[2 * MT];
                     if (visit == 0 || !two_visits)
-                        ig_chunk_softmax_stats<NT>(p, chunk, acc, cm, cl, !two_visits);
+                        ig_chunk_softmax_stats<NT, MT>(p, chunk, acc, cm, cl, !two_visits);
                     if (visit == 0) {
 #pragma unroll
-                        for (int r = 0; r < 4; ++r) {
+                        for (int r = 0; r < 2 * MT; ++r) {
                             const float nm = cf_max_nan(m[r], cm[r]);
                             l[r] = (m[r] == -INFINITY ? 0.f : l[r] * cf_ex2((m[r] - nm) * CF_LOG2E)) +
                                    cl[r] * cf_ex2((cm[r] - nm) * CF_LOG2E);
@@ -607,15 +766,15 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
                         continue;
                     }
                     if (two_visits)
-                        ig_softmax_apply<NT>(m, l, acc);
+                        ig_softmax_apply<NT, MT>(m, l, acc);
                     else
-                        ig_softmax_scale<NT>(cl, acc);
-                    ig_apply_stages<NT>(p, s, pre_end + 1, p.nstage, chunk, acc);
+                        ig_softmax_scale<NT, MT>(cl, acc);
+                    ig_apply_stages<NT, MT>(p, s, pre_end + 1, p.nstage, chunk, acc);
                 }
                 if (p.stats_mode)
-                    ig_tile_stats<NT>(p, s, px, chunk, acc);
+                    ig_tile_stats<NT, MT>(p, s, px, chunk, acc);
                 if (p.stats_mode != 1)
-                    ig_store<NT>(p, px, chunk, acc);
+                    ig_store<NT, MT>(p, s, px, chunk, acc);
             }
         }
     }
@@ -623,7 +782,7 @@ __global__ void __launch_bounds__(CF_IG_THREADS, MINB) cf_ig_kernel(const __grid
     if (p.stats_mode) {
         __syncthreads();
         float *out = p.stats + (size_t)blockIdx.x * p.nt_total * 8 * 3;
-        for (int c = threadIdx.x; c < p.nt_total * 8; c += CF_IG_THREADS) {
+        for (int c = threadIdx.x; c < p.nt_total * 8; c += blockDim.x) {
             out[c * 3] = __int_as_float(s.cta_cnt[c]);
             out[c * 3 + 1] = s.cta_mean[c];
             out[c * 3 + 2] = s.cta_m2[c];
