@@ -46,7 +46,10 @@ __device__ __forceinline__ ig_smem ig_carve(const cf_ig_params &p, float *base)
 {
     ig_smem s;
     /* B starts 1 KB-aligned in the dynamic window (wgmma descriptors address it; cf_ig_smem_bytes adds 1 KB) */
-    s.b = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(base) + 1023) & ~(uintptr_t)1023);
+    /* pointer arithmetic on the shared array itself: a round trip through an integer loses the address
+     * space, and every access then becomes a generic LD/ST (measured: the staging reads stalled the stores) */
+    const uint32_t mis = (uint32_t)__cvta_generic_to_shared(base) & 1023u;
+    s.b = base + ((1024u - mis) & 1023u) / 4;
     s.a = s.b + p.b_floats;
     s.tab = reinterpret_cast<float2 *>(s.a + CF_IG_A_STAGES * 8 * CF_IG_THREADS);
     s.tap_dh = reinterpret_cast<int *>(s.tab + p.ntables * p.nt_total * 8);
@@ -291,11 +294,11 @@ __device__ __forceinline__ void ig_wgmma(float (&acc)[1][NT][4], const uint32_t 
 {
     float(&d)[NT * 4] = *reinterpret_cast<float(*)[NT * 4]>(&acc[0][0][0]);
     if constexpr (NT == 16)
-        wgmma_m64n128k8_tf32(d, a, desc, 1);
+        wgmma_m64n128k8_tf32<1>(d, a, desc);
     else if constexpr (NT == 8)
-        wgmma_m64n64k8_tf32(d, a, desc, 1);
+        wgmma_m64n64k8_tf32<1>(d, a, desc);
     else
-        wgmma_m64n32k8_tf32(d, a, desc, 1);
+        wgmma_m64n32k8_tf32<1>(d, a, desc);
 }
 
 /* One k8 step on the tensor core: A (this thread's 4 fragment values) from registers, B by descriptor. */
@@ -311,12 +314,19 @@ __device__ __forceinline__ void ig_wg_step(const cf_ig_params &p, const ig_smem 
             asmall[q] = tf32_rna(av[q] - __uint_as_float(abig[q]));
     }
     const float *blk = s.b + (ks * p.nchunk + chunk) * NT * 64;
+    uint64_t dbig = wgmma_desc(blk, 128, 256), dsmall = wgmma_desc(blk + p.b_floats / 2, 128, 256);
+    /* every wgmma input is final before the fence: ptxas serialises the wgmma pipeline (C7513) when an ordinary
+     * instruction defines one of them between the fence and the wgmma */
+    asm volatile("" : "+l"(dbig), "+l"(dsmall));
+    wgmma_pin(abig);
+    if (PASSES == 3)
+        wgmma_pin(asmall);
     wgmma_fence();
     if (PASSES == 3) { /* small*big + big*small, then big*big */
-        ig_wgmma<NT>(acc, asmall, wgmma_desc(blk, 128, 256));
-        ig_wgmma<NT>(acc, abig, wgmma_desc(blk + p.b_floats / 2, 128, 256));
+        ig_wgmma<NT>(acc, asmall, dbig);
+        ig_wgmma<NT>(acc, abig, dsmall);
     }
-    ig_wgmma<NT>(acc, abig, wgmma_desc(blk, 128, 256));
+    ig_wgmma<NT>(acc, abig, dbig);
     wgmma_commit();
     wgmma_wait<1>(); /* the previous step's A registers are free again (double buffer) */
 }
@@ -670,8 +680,8 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
     const int a_h = p.transposed ? 1 : p.stride_h, a_w = p.transposed ? 1 : p.stride_w;
 
     for (int tile = t_begin; tile < t_end; ++tile) {
-        if (p.cluster > 1) /* keep the column-phase siblings within one tile of each other */
-            asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+        if (p.cluster > 1) /* pacing only (no data crosses it): relaxed, so no membar per tile */
+            asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
         if (grp < 0 || tile >= p.tile_start[grp + 1]) {
             while (tile >= p.tile_start[grp + 1])
                 ++grp;
