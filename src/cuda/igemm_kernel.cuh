@@ -113,6 +113,9 @@ __device__ void ig_load_b(const cf_ig_params &p, const ig_smem &s, int ks0, int 
     }
 }
 
+/* threads per CTA: mma.sync 8 warps x two m16 tiles each, wgmma 4 warpgroups x one m16 tile per warp */
+__host__ __device__ constexpr int ig_threads(int mt) { return mt == 2 ? CF_IG_THREADS : 2 * CF_IG_THREADS; }
+
 /* Per-thread pixel bookkeeping: 2*MT pixels = MT m16 tiles x rows (g, g+8). Kept small: it lives in
  * registers next to the accumulators. */
 template <int MT>
@@ -122,7 +125,7 @@ struct ig_pixels {
     float *st_ptr;              /* store side: dst at (img, channel 0, oh, ow) of pixel lane % (16*MT) */
     bool st_ok;
     const float *src_img[2 * MT]; /* src at (img, channel 0) */
-    const float *a_ptr[2 * MT];   /* current tap: src_img + ih*W + iw; p.src (in bounds, never read) if outside */
+    int a_off[2 * MT];            /* current tap: ih*W + iw, or 0 if outside (in bounds, never read: size 0) */
     unsigned a_ok;           /* bit r: pixel r's current tap lies inside the image */
 };
 
@@ -132,10 +135,11 @@ struct ig_pixels {
  * q = 0..3 the m16n8k8 A registers: a0 = (row g, k t), a1 = (row g+8, k t), a2 = (g, t+4), a3 = (g+8, t+4). */
 template <int MT>
 __device__ __forceinline__ void ig_issue_a(const cf_ig_params &p, const ig_smem &s, const ig_pixels<MT> &px, int ci0,
-                                           int64_t koff, int slot)
+                                           int koff, int slot)
 {
-    const int64_t hw4 = (int64_t)4 * p.h * p.w;
-    const uint32_t base = (uint32_t)__cvta_generic_to_shared(s.a + slot * 4 * MT * blockDim.x + threadIdx.x);
+    constexpr int THREADS = ig_threads(MT);
+    const int hw4 = 4 * p.h * p.w; /* C_in*H*W < 2^31 per image (host check): 32-bit offsets */
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(s.a + slot * 4 * MT * THREADS + threadIdx.x);
     /* C_in a multiple of 8 (the usual case) needs no channel test */
     const bool all_ci = p.cin_pad == p.cin;
     const bool ok_lo = all_ci || ci0 < p.cin, ok_hi = all_ci || ci0 + 4 < p.cin;
@@ -143,12 +147,12 @@ __device__ __forceinline__ void ig_issue_a(const cf_ig_params &p, const ig_smem 
     for (int e = 0; e < 4 * MT; ++e) {
         const int mt = e >> 2, q = e & 3, r = mt * 2 + (q & 1);
         const bool ok = ((px.a_ok >> r) & 1) && ((q >> 1) ? ok_hi : ok_lo);
-        /* With C_in a multiple of 8, a_ptr + koff stays inside src even for an outside tap (a_ptr = p.src,
+        /* With C_in a multiple of 8, src_img + a_off + koff stays inside src even for an outside tap (a_off = 0,
          * koff < C_in*H*W); padded channels could point past it, so they read from p.src (never read: size 0). */
-        const float *src = px.a_ptr[r] + koff + ((q >> 1) ? hw4 : 0);
+        const float *src = px.src_img[r] + (px.a_off[r] + koff + ((q >> 1) ? hw4 : 0));
         if (!all_ci && !ok)
             src = p.src;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(base + e * blockDim.x * 4), "l"(src),
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(base + e * THREADS * 4), "l"(src),
                      "r"(ok ? 4 : 0));
     }
 }
@@ -167,7 +171,7 @@ __device__ __forceinline__ void ig_set_tap(const cf_ig_params &p, const ig_smem 
     for (int i = 0; i < 2 * MT; ++i) {
         const int ih = px.ihb[i] + dh, iw = px.iwb[i] + dw;
         const bool in = px.img[i] >= 0 && ih >= 0 && ih < p.h && iw >= 0 && iw < p.w;
-        px.a_ptr[i] = in ? px.src_img[i] + (ih * p.w + iw) : p.src;
+        px.a_off[i] = in ? ih * p.w + iw : 0;
         px.a_ok |= (unsigned)in << i;
     }
 }
@@ -193,8 +197,8 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
     /* The issue side runs S-1 k8 steps ahead of the MMAs; it alone walks the taps. */
     int tap_issue = 0, kc_issue = 0, ks_issue = 0;
     const int t = threadIdx.x & 3;
-    const int64_t hw8 = (int64_t)8 * p.h * p.w;
-    int64_t koff = (int64_t)t * p.h * p.w;
+    const int hw8 = 8 * p.h * p.w;
+    int koff = t * p.h * p.w;
     ig_set_tap<MT>(p, s, px, 0);
     for (; ks_issue < S - 1; ++ks_issue) {
         if (ks_issue < nks) {
@@ -202,7 +206,7 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
             koff += hw8;
             if (++kc_issue == p.kc && ks_issue + 1 < nks) {
                 kc_issue = 0;
-                koff = (int64_t)t * p.h * p.w;
+                koff = t * p.h * p.w;
                 ig_set_tap<MT>(p, s, px, ++tap_issue);
             }
         }
@@ -217,16 +221,16 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
         }
         ig_wait<S - 2>(); /* step ks has landed (this thread's own copies: no CTA barrier needed) */
         float ac[MT][4];
-        const float *sa = s.a + (ks % S) * 4 * MT * blockDim.x + threadIdx.x;
+        const float *sa = s.a + (ks % S) * 4 * MT * ig_threads(MT) + threadIdx.x;
 #pragma unroll
         for (int e = 0; e < 4 * MT; ++e)
-            ac[e >> 2][e & 3] = sa[e * blockDim.x];
+            ac[e >> 2][e & 3] = sa[e * ig_threads(MT)];
         if (ks_issue < nks) {
             ig_issue_a<MT>(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
             koff += hw8;
             if (++kc_issue == p.kc && ks_issue + 1 < nks) {
                 kc_issue = 0;
-                koff = (int64_t)t * p.h * p.w;
+                koff = t * p.h * p.w;
                 ig_set_tap<MT>(p, s, px, ++tap_issue);
             }
         }
@@ -347,15 +351,15 @@ __device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_s
     constexpr int S = CF_IG_A_STAGES;
     int tap_issue = 0, kc_issue = 0, ks_issue = 0;
     const int t = threadIdx.x & 3;
-    const int64_t hw8 = (int64_t)8 * p.h * p.w;
-    int64_t koff = (int64_t)t * p.h * p.w;
+    const int hw8 = 8 * p.h * p.w;
+    int koff = t * p.h * p.w;
     auto issue = [&]() {
         if (ks_issue < nks) {
             ig_issue_a<1>(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
             koff += hw8;
             if (++kc_issue == p.kc && ks_issue + 1 < nks) {
                 kc_issue = 0;
-                koff = (int64_t)t * p.h * p.w;
+                koff = t * p.h * p.w;
                 ig_set_tap<1>(p, s, px, ++tap_issue);
             }
         }
@@ -368,10 +372,10 @@ __device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_s
     uint32_t a0[4], s0[4], a1[4], s1[4];
     auto fetch = [&](int ks, float (&av)[4]) {
         ig_wait<S - 2>();
-        const float *sa = s.a + (ks % S) * 4 * blockDim.x + threadIdx.x;
+        const float *sa = s.a + (ks % S) * 4 * ig_threads(1) + threadIdx.x;
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-            av[q] = sa[q * blockDim.x];
+            av[q] = sa[q * ig_threads(1)];
         issue();
     };
     for (int ks = 0; ks < nks; ks += 2) {
@@ -556,16 +560,22 @@ __device__ __forceinline__ void ig_softmax_scale(const float (&l)[2 * MT], float
 /* Write the chunk: per 8-channel slab, the warp transposes its fragments through shared memory and stores
  * each channel's 16*MT consecutive pixels with one instruction. Stored straight from the fragment layout,
  * each store instruction touched 4 channels x 8 pixels = 4 cache lines, and the kernels were bound by the
- * number of L2 write requests (docs/kb2_73.md). */
+ * number of L2 write requests (docs/kb2_73.md). The slab's shared-memory reads are all issued before its
+ * stores, and the store address only advances by a channel stride (profiled: a per-element channel test,
+ * branch and 64-bit address rebuild made the store loop 14 instructions per value, stalled on each read). */
 template <int NT, int MT>
 __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s, const ig_pixels<MT> &px, int chunk,
                                          const float (&acc)[MT][NT][4])
 {
-    constexpr int PXW = 16 * MT, GROUPS = 32 / PXW; /* pixels per warp; channels written per instruction */
+    constexpr int PXW = 16 * MT, GROUPS = 32 / PXW, PER = 8 / GROUPS; /* channels per lane per slab */
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float *stg = s.stage + (threadIdx.x >> 5) * 8 * CF_IG_STAGE_LD;
-    const int plane = p.oh * p.ow; /* C_out*OH*OW < 2^31 per image (checked on the host) */
+    const int64_t plane = (int64_t)p.oh * p.ow;
     const int pl = lane % PXW, cg = lane / PXW;
+    /* channels this lane writes: c0 + cg + it*GROUPS, c0 = (chunk*NT + nt)*8 */
+    const int cbase = chunk * NT * 8 + cg;
+    const int cend = px.st_ok ? p.cout : 0; /* a lane past the end of the phase writes nothing */
+    float *dst = px.st_ptr + cbase * plane;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -574,14 +584,15 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
             for (int e = 0; e < 4; ++e)
                 stg[(2 * t + (e & 1)) * CF_IG_STAGE_LD + mt * 16 + (e >> 1) * 8 + g] = acc[mt][nt][e];
         __syncwarp();
-        const int c0 = (chunk * NT + nt) * 8;
+        float v[PER];
 #pragma unroll
-        for (int it = 0; it < 8 / GROUPS; ++it) {
-            const int cl = cg + it * GROUPS;
-            if (px.st_ok && c0 + cl < p.cout)
-                px.st_ptr[(c0 + cl) * plane] = stg[cl * CF_IG_STAGE_LD + pl];
-        }
+        for (int it = 0; it < PER; ++it)
+            v[it] = stg[(cg + it * GROUPS) * CF_IG_STAGE_LD + pl];
         __syncwarp();
+#pragma unroll
+        for (int it = 0; it < PER; ++it)
+            if (cbase + nt * 8 + it * GROUPS < cend)
+                dst[(nt * 8 + it * GROUPS) * plane] = v[it];
     }
 }
 
