@@ -369,7 +369,6 @@ __device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_s
     ig_set_tap<1>(p, s, px, 0);
     for (int i = 0; i < S - 1; ++i)
         issue();
-    uint32_t a0[4], s0[4], a1[4], s1[4];
     auto fetch = [&](int ks, float (&av)[4]) {
         ig_wait<S - 2>();
         const float *sa = s.a + (ks % S) * 4 * ig_threads(1) + threadIdx.x;
@@ -378,20 +377,46 @@ __device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_s
             av[q] = sa[q * ig_threads(1)];
         issue();
     };
-    for (int ks = 0; ks < nks; ks += 2) {
-        float av[4];
-        fetch(ks, av);
-        ig_wg_step<NT, PASSES>(p, s, av, ks, chunk, a0, s0, acc);
-        if (ks + 1 < nks) {
-            fetch(ks + 1, av);
-            ig_wg_step<NT, PASSES>(p, s, av, ks + 1, chunk, a1, s1, acc);
+    if constexpr (PASSES == 1) {
+        /* Two k8 steps per wgmma group; the next pair's A values are read from the ring while the group runs,
+         * and rounded to TF32 only after wait_group 0. Overwriting A registers of a group still in flight (a
+         * double buffer with wait_group 1) made ptxas serialise every wgmma (C7513) and reuse the registers. */
+        float av[2][4];
+        fetch(0, av[0]);
+        if (nks > 1)
+            fetch(1, av[1]);
+        for (int ks = 0; ks < nks; ks += 2) {
+            const bool two = ks + 1 < nks;
+            uint32_t a0[4], a1[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                a0[q] = tf32_rna(av[0][q]);
+                a1[q] = tf32_rna(av[1][q]);
+            }
+            uint64_t d0 = wgmma_desc(s.b + (ks * p.nchunk + chunk) * NT * 64, 128, 256);
+            uint64_t d1 = wgmma_desc(s.b + ((ks + 1) * p.nchunk + chunk) * NT * 64, 128, 256);
+            asm volatile("" : "+l"(d0), "+l"(d1));
+            wgmma_fence();
+            ig_wgmma<NT>(acc, a0, d0);
+            if (two)
+                ig_wgmma<NT>(acc, a1, d1);
+            wgmma_commit();
+            if (ks + 2 < nks)
+                fetch(ks + 2, av[0]);
+            if (ks + 3 < nks)
+                fetch(ks + 3, av[1]);
+            wgmma_wait<0>();
         }
-        /* both A buffers stay allocated across the in-flight steps */
-        wgmma_pin(a0);
-        wgmma_pin(a1);
-        if (PASSES == 3) {
-            wgmma_pin(s0);
-            wgmma_pin(s1);
+    } else {
+        uint32_t a0[4], s0[4], a1[4], s1[4];
+        for (int ks = 0; ks < nks; ks += 2) {
+            float av[4];
+            fetch(ks, av);
+            ig_wg_step<NT, PASSES>(p, s, av, ks, chunk, a0, s0, acc);
+            if (ks + 1 < nks) {
+                fetch(ks + 1, av);
+                ig_wg_step<NT, PASSES>(p, s, av, ks + 1, chunk, a1, s1, acc);
+            }
         }
     }
     wgmma_wait<0>();
