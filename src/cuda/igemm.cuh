@@ -99,8 +99,7 @@ static inline size_t cf_ig_smem_bytes(const struct cf_ig_params *p, int nt)
     bytes += (size_t)3 * CF_IG_MAX_TAPS * 4;                  /* tap tables */
     bytes += (size_t)CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD * 4; /* per-warp store staging: 8 channels x 32 pixels */
     if (p->stats_mode) {
-        bytes += (size_t)CF_IG_MAX_WARPS * 8 * nt * 2 * 4 + CF_IG_MAX_WARPS * 4; /* per-warp partials + counts */
-        bytes += (size_t)p->nt_total * 8 * 3 * 4;                         /* CTA running stats */
+        bytes += (size_t)CF_IG_MAX_WARPS * p->nt_total * 8 * 2 * 4 + CF_IG_MAX_WARPS * 4; /* per-warp running stats */
     }
     return bytes;
 }

@@ -34,10 +34,8 @@ struct ig_smem {
     float *a; /* [CF_IG_A_STAGES][4*MT][threads] (= 8 x 256): each thread's own A fragments */
     float2 *tab;
     int *tap_dh, *tap_dw, *tap_widx;
-    float *warp_part; /* [warp][8*NT][2]: mean, M2 of the warp's 32 pixels */
-    int *warp_cnt;    /* [warp] */
-    float *cta_mean, *cta_m2;
-    int *cta_cnt;
+    float *run_mean, *run_m2; /* [warp][C_out padded]: the warp's running statistics over its tiles */
+    int *run_cnt;             /* [warp] */
     float *stage; /* [warp][8 channels][CF_IG_STAGE_LD]: fragment -> row-major transpose for coalesced stores */
 };
 
@@ -57,11 +55,9 @@ __device__ __forceinline__ ig_smem ig_carve(const cf_ig_params &p, float *base)
     s.tap_widx = s.tap_dw + CF_IG_MAX_TAPS;
     /* same order as cf_ig_smem_bytes: staging before the statistics, which exist only in stats mode */
     s.stage = reinterpret_cast<float *>(s.tap_widx + CF_IG_MAX_TAPS);
-    s.warp_part = s.stage + CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD;
-    s.warp_cnt = reinterpret_cast<int *>(s.warp_part + CF_IG_MAX_WARPS * 8 * NT * 2);
-    s.cta_mean = reinterpret_cast<float *>(s.warp_cnt + CF_IG_MAX_WARPS);
-    s.cta_m2 = s.cta_mean + p.nt_total * 8;
-    s.cta_cnt = reinterpret_cast<int *>(s.cta_m2 + p.nt_total * 8);
+    s.run_mean = s.stage + CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD;
+    s.run_m2 = s.run_mean + CF_IG_MAX_WARPS * p.nt_total * 8;
+    s.run_cnt = reinterpret_cast<int *>(s.run_m2 + CF_IG_MAX_WARPS * p.nt_total * 8);
     return s;
 }
 
@@ -621,12 +617,15 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
     }
 }
 
-/* Per-channel statistics of this tile (count, mean, M2), merged into the CTA's running values (Chan). */
+/* Per-channel statistics of this warp's pixels of the tile (count, mean, M2), merged (Chan) into the warp's own
+ * running values in shared memory: no CTA barrier per tile (a CTA-wide merge per tile made the statistics pass
+ * slower than the full pass with its stores). The warps are merged once, at the end of the kernel. */
 template <int NT, int MT>
 __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_smem &s, const ig_pixels<MT> &px, int chunk,
                                               const float (&acc)[MT][NT][4])
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+    const int cpad = p.nt_total * 8;
     int cnt = 0;
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r)
@@ -634,6 +633,10 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1)
         cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+    if (cnt == 0)
+        return; /* warp-uniform */
+    const int na = s.run_cnt[warp];
+    const float inv = 1.f / cnt, fb = (float)cnt / (na + cnt), fab = (float)na * (float)cnt / (na + cnt);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -645,7 +648,7 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
 #pragma unroll
             for (int o = 4; o < 32; o <<= 1)
                 sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            const float mean = cnt ? sum / cnt : 0.f;
+            const float mean = sum * inv;
             float m2 = 0.f;
 #pragma unroll
             for (int r = 0; r < 2 * MT; ++r) {
@@ -656,34 +659,17 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
             for (int o = 4; o < 32; o <<= 1)
                 m2 += __shfl_xor_sync(0xffffffffu, m2, o);
             if (lane < 4) {
-                const int cl = nt * 8 + 2 * t + j;
-                s.warp_part[(warp * NT * 8 + cl) * 2] = mean;
-                s.warp_part[(warp * NT * 8 + cl) * 2 + 1] = m2;
+                const int c = (chunk * NT + nt) * 8 + 2 * t + j;
+                float *ma = s.run_mean + warp * cpad + c, *qa = s.run_m2 + warp * cpad + c;
+                const float d = mean - *ma;
+                *ma += d * fb;
+                *qa += m2 + d * d * fab;
             }
         }
-    if (lane == 0)
-        s.warp_cnt[warp] = cnt;
-    __syncthreads();
-    for (int cl = threadIdx.x; cl < NT * 8; cl += blockDim.x) {
-        const int c = chunk * NT * 8 + cl;
-        int na = s.cta_cnt[c];
-        float ma = s.cta_mean[c], qa = s.cta_m2[c];
-        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) {
-            const int nb = s.warp_cnt[w];
-            if (nb == 0)
-                continue;
-            const float mb = s.warp_part[(w * NT * 8 + cl) * 2], qb = s.warp_part[(w * NT * 8 + cl) * 2 + 1];
-            const int n = na + nb;
-            const float d = mb - ma;
-            ma += d * ((float)nb / n);
-            qa += qb + d * d * ((float)na * (float)nb / n);
-            na = n;
-        }
-        s.cta_cnt[c] = na;
-        s.cta_mean[c] = ma;
-        s.cta_m2[c] = qa;
-    }
-    __syncthreads();
+    __syncwarp();
+    if (lane == 0 && chunk == p.nchunk - 1)
+        s.run_cnt[warp] = na + cnt;
+    __syncwarp();
 }
 
 template <int NT, int PASSES, int MINB, bool WG>
@@ -698,12 +684,15 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
 
     ig_build_tables(p, s);
-    if (p.stats_mode)
-        for (int c = threadIdx.x; c < p.nt_total * 8; c += blockDim.x) {
-            s.cta_cnt[c] = 0;
-            s.cta_mean[c] = 0.f;
-            s.cta_m2[c] = 0.f;
+    if (p.stats_mode) {
+        for (int c = threadIdx.x; c < CF_IG_MAX_WARPS * p.nt_total * 8; c += blockDim.x) {
+            s.run_mean[c] = 0.f;
+            s.run_m2[c] = 0.f;
         }
+        for (int w = threadIdx.x; w < CF_IG_MAX_WARPS; w += blockDim.x)
+            s.run_cnt[w] = 0;
+        __syncthreads();
+    }
 
     /* Clusters take contiguous tile ranges; inside a cluster every CTA walks the same tiles, rank = column phase. */
     unsigned rank = 0;
@@ -828,10 +817,24 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
     if (p.stats_mode) {
         __syncthreads();
         float *out = p.stats + (size_t)blockIdx.x * p.nt_total * 8 * 3;
-        for (int c = threadIdx.x; c < p.nt_total * 8; c += blockDim.x) {
-            out[c * 3] = __int_as_float(s.cta_cnt[c]);
-            out[c * 3 + 1] = s.cta_mean[c];
-            out[c * 3 + 2] = s.cta_m2[c];
+        const int cpad = p.nt_total * 8;
+        for (int c = threadIdx.x; c < cpad; c += blockDim.x) {
+            int na = 0;
+            float ma = 0.f, qa = 0.f;
+            for (int w = 0; w < (int)(blockDim.x >> 5); ++w) { /* fixed order: deterministic */
+                const int nb = s.run_cnt[w];
+                if (nb == 0)
+                    continue;
+                const float mb = s.run_mean[w * cpad + c], qb = s.run_m2[w * cpad + c];
+                const int n = na + nb;
+                const float d = mb - ma;
+                ma += d * ((float)nb / n);
+                qa += qb + d * d * ((float)na * (float)nb / n);
+                na = n;
+            }
+            out[c * 3] = __int_as_float(na);
+            out[c * 3 + 1] = ma;
+            out[c * 3 + 2] = qa;
         }
     }
 }
