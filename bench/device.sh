@@ -37,8 +37,12 @@ for step in "$@"; do
         rm -f "$OUT/prof_$blk.ncu-rep"
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
         ls -la "$OUT" ;;
-    fuzz) timeout 300 .devbuild/fuzz_shapes --backend cuda --count ${FUZZ_COUNT:-1000} --seed ${FUZZ_SEED:-1} 2>&1 | tail -8
-        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    fuzz)  # the default tensor-core choice, then each path forced (CONVFUSE_IG_MMA)
+        for v in auto sync wgmma; do
+            echo "--- fuzz, tensor-core path: $v"
+            CONVFUSE_IG_MMA=$v timeout 300 .devbuild/fuzz_shapes --backend cuda --count ${FUZZ_COUNT:-1000} --seed ${FUZZ_SEED:-1} 2>&1 | tail -3
+            [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+        done ;;
     sanitize) timeout 500 bash tests/sanitize_gpu.sh .devbuild || rc=1 ;;
     cli)
         for a in "run kb2-91" "run kb2-91 --strict-fp32" "run kb2-73 --mode train" "run kb2-73 --mode eval" "list" "info"; do

@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* Measured choice between the two training batch-norm paths (docs/kb2_73.md). */
-#define CF_IG_BN_INPLACE_DEFAULT true
+#define CF_IG_BN_INPLACE_DEFAULT false
 
 #define CF_CUDA_TRY(call)                                                                                   \
     do {                                                                                                    \
@@ -236,8 +236,14 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     p->b_floats = 0;
     const size_t fixed = cf_ig_smem_bytes(p, nt);
     const size_t b_full = (size_t)max_taps * p->kc * p->nt_total * 64 * 4;
+    /* Tensor-core path (docs/kb2_73.md, docs/kb2_91.md; measured on the H100 in one run): wgmma for 3xTF32
+     * (KB2-73 eval 0.50 ms against 0.70 ms on mma.sync), mma.sync for plain TF32 (KB2-91: 2.24 against 2.33 ms,
+     * that kernel is bound by its epilogue, not its MMAs). CONVFUSE_IG_MMA=wgmma|sync overrides the choice. */
     const char *mma_env = getenv("CONVFUSE_IG_MMA");
-    const bool allow_wg = !(mma_env && strcmp(mma_env, "sync") == 0) && device_cc_major_minor() == 90;
+    const bool want_wg = mma_env && strcmp(mma_env, "wgmma") == 0   ? true
+                         : mma_env && strcmp(mma_env, "sync") == 0 ? false
+                                                                   : passes == 3;
+    const bool allow_wg = want_wg && device_cc_major_minor() == 90;
     if (allow_wg && fixed + (passes == 3 ? 2 : 1) * b_full <= limit) {
         p->resident = 1;
         p->wg = 1;
@@ -384,9 +390,12 @@ __global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, int cpad,
         factor = f;
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < cout; c += blockDim.x) {
+    /* One warp per channel: each lane merges a strided subset of the CTA partials, then a fixed butterfly
+     * merges the lanes (deterministic). One thread per channel walking all partials took ~90 us. */
+    const int lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
+    for (int c = threadIdx.x >> 5; c < cout; c += nwarp) {
         double n = 0, mean = 0, m2 = 0;
-        for (int b = 0; b < nblocks; ++b) {
+        for (int b = lane; b < nblocks; b += 32) {
             const float *s = stats + ((size_t)b * cpad + c) * 3;
             const double nb = (double)__float_as_int(s[0]);
             if (nb == 0)
@@ -397,6 +406,26 @@ __global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, int cpad,
             m2 += qb + delta * delta * n * nb / nn;
             n = nn;
         }
+        for (int o = 1; o < 32; o <<= 1) {
+            const double nb = __shfl_xor_sync(0xffffffffu, n, o), mb = __shfl_xor_sync(0xffffffffu, mean, o),
+                         qb = __shfl_xor_sync(0xffffffffu, m2, o);
+            /* both partners combine (lower lane first) so every lane ends with the same bits */
+            const bool low = (lane & o) == 0;
+            const double n1 = low ? n : nb, m1 = low ? mean : mb, q1 = low ? m2 : qb;
+            const double n2 = low ? nb : n, mm2 = low ? mb : mean, q2 = low ? qb : m2;
+            const double nn = n1 + n2;
+            if (nn > 0) {
+                const double delta = mm2 - m1;
+                mean = m1 + delta * (n2 / nn);
+                m2 = q1 + q2 + delta * delta * (n1 * n2 / nn);
+            } else {
+                mean = 0;
+                m2 = 0;
+            }
+            n = nn;
+        }
+        if (lane != 0)
+            continue;
         const double var = m2 / n;
         const double inv = 1.0 / sqrt(var + eps);
         const double sc = (gamma ? (double)gamma[c] : 1.0) * inv;
@@ -498,7 +527,7 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
             return st;
         const cf_op_t *o = &plan->chain.ops[bn];
         const cf_op_args_t *oa = &args->ops[bn];
-        cf_bn_finalize_kernel<<<1, 256, 0, stream>>>(ws_stats, grid, cpad, p.cout, o->eps, o->momentum, oa->channel_a,
+        cf_bn_finalize_kernel<<<1, 1024, 0, stream>>>(ws_stats, grid, cpad, p.cout, o->eps, o->momentum, oa->channel_a,
                                                      oa->channel_b, oa->running_mean, oa->running_var,
                                                      oa->num_batches_tracked, ws_scale, ws_shift);
         CF_CUDA_TRY(cudaGetLastError());
