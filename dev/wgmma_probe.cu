@@ -1,5 +1,5 @@
 /* Probe: wgmma RS TF32 layouts and the no-swizzle K-major B descriptor, checked against a CPU GEMM on small
- * integers (exact in TF32). Build: nvcc -gencode=arch=compute_90a,code=sm_90a -I dev dev/wgmma_probe.cu
+ * integers (exact in TF32). Build: nvcc -gencode=arch=compute_90a,code=sm_90a -I src/cuda dev/wgmma_probe.cu
  * Prints max |error| for N = 128, 64, 32 and both (lbo, sbo) conventions; the right one gives 0. */
 #include "wgmma.cuh"
 
@@ -35,11 +35,11 @@ __global__ void probe(const float *A, const float *B, float *D, uint32_t lbo, ui
         d[i] = 0.f;
     cf::wgmma_fence();
     if constexpr (N == 128)
-        cf::wgmma_m64n128k8_tf32(d, a, cf::wgmma_desc(sb, lbo, sbo), 0);
+        cf::wgmma_m64n128k8_tf32<0>(d, a, cf::wgmma_desc(sb, lbo, sbo));
     else if constexpr (N == 64)
-        cf::wgmma_m64n64k8_tf32(d, a, cf::wgmma_desc(sb, lbo, sbo), 0);
+        cf::wgmma_m64n64k8_tf32<0>(d, a, cf::wgmma_desc(sb, lbo, sbo));
     else
-        cf::wgmma_m64n32k8_tf32(d, a, cf::wgmma_desc(sb, lbo, sbo), 0);
+        cf::wgmma_m64n32k8_tf32<0>(d, a, cf::wgmma_desc(sb, lbo, sbo));
     cf::wgmma_commit();
     cf::wgmma_wait<0>();
     for (int i = 0; i < N / 8; ++i) {
