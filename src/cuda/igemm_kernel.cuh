@@ -172,6 +172,34 @@ __device__ __forceinline__ void ig_set_tap(const cf_ig_params &p, const ig_smem 
     }
 }
 
+/* The issue side of the A ring: walks the k8 steps (tap-major, channel-minor) S-1 steps ahead of the MMAs.
+ * Each call issues one step's copies (or nothing past the end) and commits one group, so the consumer's
+ * cp.async.wait_group count stays fixed. Shared by the mma.sync and wgmma main loops. */
+template <int MT>
+struct ig_a_feed {
+    int tap = 0, kc = 0, ks = 0, koff, nks;
+    __device__ __forceinline__ ig_a_feed(const cf_ig_params &p, const ig_smem &s, ig_pixels<MT> &px, int nks_)
+        : koff((threadIdx.x & 3) * p.h * p.w), nks(nks_)
+    {
+        ig_set_tap<MT>(p, s, px, 0);
+    }
+    __device__ __forceinline__ void issue(const cf_ig_params &p, const ig_smem &s, ig_pixels<MT> &px)
+    {
+        if (ks < nks) {
+            const int t = threadIdx.x & 3;
+            ig_issue_a<MT>(p, s, px, kc * 8 + t, koff, ks % CF_IG_A_STAGES);
+            koff += 8 * p.h * p.w;
+            if (++kc == p.kc && ks + 1 < nks) {
+                kc = 0;
+                koff = t * p.h * p.w;
+                ig_set_tap<MT>(p, s, px, ++tap);
+            }
+        }
+        ++ks;
+        ig_commit();
+    }
+};
+
 /* acc = conv of this thread's 4 pixels x chunk's channels. */
 template <int NT, int PASSES, int MT>
 __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem &s, ig_pixels<MT> &px, int ntaps,
@@ -190,24 +218,9 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
     if (nks == 0)
         return;
     constexpr int S = CF_IG_A_STAGES;
-    /* The issue side runs S-1 k8 steps ahead of the MMAs; it alone walks the taps. */
-    int tap_issue = 0, kc_issue = 0, ks_issue = 0;
-    const int t = threadIdx.x & 3;
-    const int hw8 = 8 * p.h * p.w;
-    int koff = t * p.h * p.w;
-    ig_set_tap<MT>(p, s, px, 0);
-    for (; ks_issue < S - 1; ++ks_issue) {
-        if (ks_issue < nks) {
-            ig_issue_a<MT>(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
-            koff += hw8;
-            if (++kc_issue == p.kc && ks_issue + 1 < nks) {
-                kc_issue = 0;
-                koff = t * p.h * p.w;
-                ig_set_tap<MT>(p, s, px, ++tap_issue);
-            }
-        }
-        ig_commit();
-    }
+    ig_a_feed<MT> feed(p, s, px, nks);
+    for (int i = 0; i < S - 1; ++i)
+        feed.issue(p, s, px);
     for (int ks = 0; ks < nks; ++ks) {
         if (!p.resident && ks % p.kblk == 0) {
             __syncthreads();
@@ -221,17 +234,7 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
 #pragma unroll
         for (int e = 0; e < 4 * MT; ++e)
             ac[e >> 2][e & 3] = sa[e * ig_threads(MT)];
-        if (ks_issue < nks) {
-            ig_issue_a<MT>(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
-            koff += hw8;
-            if (++kc_issue == p.kc && ks_issue + 1 < nks) {
-                kc_issue = 0;
-                koff = t * p.h * p.w;
-                ig_set_tap<MT>(p, s, px, ++tap_issue);
-            }
-        }
-        ++ks_issue;
-        ig_commit();
+        feed.issue(p, s, px);
         uint32_t abig[MT][4], asmall[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -345,33 +348,16 @@ __device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_s
     if (nks == 0)
         return;
     constexpr int S = CF_IG_A_STAGES;
-    int tap_issue = 0, kc_issue = 0, ks_issue = 0;
-    const int t = threadIdx.x & 3;
-    const int hw8 = 8 * p.h * p.w;
-    int koff = t * p.h * p.w;
-    auto issue = [&]() {
-        if (ks_issue < nks) {
-            ig_issue_a<1>(p, s, px, kc_issue * 8 + t, koff, ks_issue % S);
-            koff += hw8;
-            if (++kc_issue == p.kc && ks_issue + 1 < nks) {
-                kc_issue = 0;
-                koff = t * p.h * p.w;
-                ig_set_tap<1>(p, s, px, ++tap_issue);
-            }
-        }
-        ++ks_issue;
-        ig_commit();
-    };
-    ig_set_tap<1>(p, s, px, 0);
+    ig_a_feed<1> feed(p, s, px, nks);
     for (int i = 0; i < S - 1; ++i)
-        issue();
+        feed.issue(p, s, px);
     auto fetch = [&](int ks, float (&av)[4]) {
         ig_wait<S - 2>();
         const float *sa = s.a + (ks % S) * 4 * ig_threads(1) + threadIdx.x;
 #pragma unroll
         for (int q = 0; q < 4; ++q)
             av[q] = sa[q * ig_threads(1)];
-        issue();
+        feed.issue(p, s, px);
     };
     if constexpr (PASSES == 1) {
         /* Two k8 steps per wgmma group; the next pair's A values are read from the ring while the group runs,
