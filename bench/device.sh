@@ -37,10 +37,12 @@ for step in "$@"; do
         rm -f "$OUT/prof_$blk.ncu-rep"
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
         ls -la "$OUT" ;;
-    fuzz)  # the default tensor-core choice, then each path forced (CONVFUSE_IG_MMA)
-        for v in auto sync wgmma; do
+    fuzz)  # the default choice (wgmma + input patch where it fits), then each path forced
+        for v in auto sync wgmma wgmma-gather; do
             echo "--- fuzz, tensor-core path: $v"
-            CONVFUSE_IG_MMA=$v timeout 300 .devbuild/fuzz_shapes --backend cuda --count ${FUZZ_COUNT:-1000} --seed ${FUZZ_SEED:-1} 2>&1 | tail -3
+            pk=1; [ $v = wgmma-gather ] && pk=0
+            CONVFUSE_IG_MMA=${v%-gather} CONVFUSE_IG_PATCH=$pk timeout 300 .devbuild/fuzz_shapes --backend cuda \
+                --count ${FUZZ_COUNT:-1000} --seed ${FUZZ_SEED:-1} 2>&1 | tail -1
             [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
         done ;;
     sanitize) timeout 500 bash tests/sanitize_gpu.sh .devbuild || rc=1 ;;
@@ -63,6 +65,15 @@ for step in "$@"; do
                     | grep -vE "^\s*$" | sort -u | tail -8 || rc=1
             done
         done ;;
+    knobs)  # the input patch against the per-thread gather, ring depth and cluster pacing, CLI timing + float64 check
+        for a in "kb2-91" "kb2-73 --mode eval" "kb2-73 --mode train"; do
+            for k in "" CONVFUSE_IG_PATCH=0 CONVFUSE_IG_MMA=sync ${KNOBS:-CONVFUSE_IG_PATCH_STAGES=1 CONVFUSE_IG_PATCH_STAGES=3 CONVFUSE_IG_PACE=4}; do
+                [ -n "$k" ] || k="DEFAULT=1"
+                echo "--- $k: convfuse run $a"
+                env "$k" CONVFUSE_VERBOSE=launch timeout 200 .devbuild/convfuse run $a --iters ${AB_ITERS:-20} 2>&1 \
+                    | grep -E "^time|launch:|FAIL|rror" | sort -u | sed -E 's/ \(median.*//; s/convfuse: launch: //' || rc=1
+            done
+        done 2>&1 | tee "$OUT/knobs.txt" ;;
     large)  # tensors past 2^31 bytes (N=256: y is 2.2 GB) and past 2^31 elements (N=1024: 2.2 G elements, 8.7 GB)
         for n in 256 1024; do
             echo "--- convfuse run kb2-91 --batch $n"; timeout 240 .devbuild/convfuse run kb2-91 --batch $n --iters 5 2>&1 | tail -6 || rc=1

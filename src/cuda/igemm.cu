@@ -5,12 +5,16 @@
 
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Measured choice between the two training batch-norm paths (docs/kb2_73.md). */
 #define CF_IG_BN_INPLACE_DEFAULT false
+/* Input-patch ring depth and cluster pacing interval (tiles); env overrides for measurement. */
+#define CF_IG_PATCH_STAGES_DEFAULT 1 /* KB2-91: 1.83 ms with 1 stage, 2.02 with 2 or 3 (H100, one run); KB2-73 equal */
+#define CF_IG_PACE_DEFAULT 1
 
 #define CF_CUDA_TRY(call)                                                                                   \
     do {                                                                                                    \
@@ -25,24 +29,27 @@
 typedef void (*ig_kernel_fn)(const cf_ig_params);
 
 struct ig_variant {
-    int nt, passes, wg;
+    int nt, passes, wg, patch;
     ig_kernel_fn fn;
 };
 
 /* One CTA of 256 threads per SM: with the 128-register cap of two per SM the NT=4/8 bodies spilled
  * (ptxas -v: up to 2 KB of spill loads), so every variant takes the full register file for now. */
-#define CF_IG_VARIANTS(wg)                                                                                 \
-    {4, 1, wg, cf::cf_ig_kernel<4, 1, 1, wg>}, {8, 1, wg, cf::cf_ig_kernel<8, 1, 1, wg>},                      \
-        {16, 1, wg, cf::cf_ig_kernel<16, 1, 1, wg>}, {4, 3, wg, cf::cf_ig_kernel<4, 3, 1, wg>},                 \
-        {8, 3, wg, cf::cf_ig_kernel<8, 3, 1, wg>}, {16, 3, wg, cf::cf_ig_kernel<16, 3, 1, wg>}
-/* mma.sync (8 warps x 32 pixels, any B) and wgmma (4 warpgroups x 64 pixels, B resident) */
-static const ig_variant ig_variants[] = {CF_IG_VARIANTS(false), CF_IG_VARIANTS(true)};
+#define CF_IG_VARIANTS(wg, pk)                                                                             \
+    {4, 1, wg, pk, cf::cf_ig_kernel<4, 1, 1, wg, pk>}, {8, 1, wg, pk, cf::cf_ig_kernel<8, 1, 1, wg, pk>},      \
+        {16, 1, wg, pk, cf::cf_ig_kernel<16, 1, 1, wg, pk>}, {4, 3, wg, pk, cf::cf_ig_kernel<4, 3, 1, wg, pk>}, \
+        {8, 3, wg, pk, cf::cf_ig_kernel<8, 3, 1, wg, pk>}, {16, 3, wg, pk, cf::cf_ig_kernel<16, 3, 1, wg, pk>}
+/* mma.sync (8 warps x 32 pixels, any B), wgmma (4 warpgroups x 64 pixels, B resident) with the per-thread
+ * gather, and wgmma with the input patch (its own variant: the gather's registers are compiled out) */
+static const ig_variant ig_variants[] = {CF_IG_VARIANTS(false, false), CF_IG_VARIANTS(true, false),
+                                         CF_IG_VARIANTS(true, true)};
 #define CF_IG_MAX_BLOCKS_PER_SM 2
 
-static ig_kernel_fn ig_pick(int nt, int passes, int wg)
+static ig_kernel_fn ig_pick(int nt, int passes, int wg, int patch)
 {
     for (size_t i = 0; i < sizeof ig_variants / sizeof ig_variants[0]; ++i)
-        if (ig_variants[i].nt == nt && ig_variants[i].passes == passes && ig_variants[i].wg == wg)
+        if (ig_variants[i].nt == nt && ig_variants[i].passes == passes && ig_variants[i].wg == wg &&
+            ig_variants[i].patch == patch)
             return ig_variants[i].fn;
     return NULL;
 }
@@ -62,6 +69,78 @@ static int ig_taps_host(int transposed, int q, int stride, int pad, int dil, int
         }
     }
     return n;
+}
+
+/* Offsets c of the taps of phase q along one dimension (input index = a*j + c), as ig_taps_1d on the device. */
+static int ig_tap_offsets_host(int transposed, int q, int stride, int pad, int dil, int k, int *cmin, int *cmax)
+{
+    int n = 0;
+    for (int kk = 0; kk < k; ++kk) {
+        int c;
+        if (transposed) {
+            const int num = q + pad - kk * dil;
+            if (((num % stride) + stride) % stride != 0)
+                continue;
+            c = num / stride;
+        } else {
+            c = kk * dil - pad;
+        }
+        *cmin = n == 0 ? c : (c < *cmin ? c : *cmin);
+        *cmax = n == 0 ? c : (c > *cmax ? c : *cmax);
+        ++n;
+    }
+    return n;
+}
+
+/* Input-patch geometry (see ig_patch_feed): row stride, column gap and floats per stage buffer. False when the
+ * shape does not suit it: strided columns (conv2d stride_w > 1), W not a multiple of 4 (16-byte copies), or a
+ * column halo wider than 64. */
+static bool ig_patch_geometry(cf_ig_params *p)
+{
+    const int a_h = p->transposed ? 1 : p->stride_h, a_w = p->transposed ? 1 : p->stride_w;
+    if (a_w != 1 || p->w % 4 != 0)
+        return false;
+    int left = 0, right = 0, nr_max = 0;
+    for (int q = 0; q < p->nphase; ++q) {
+        const int qh = q / p->sw, qw = q % p->sw;
+        int hmin = 0, hmax = 0, wmin = 0, wmax = 0;
+        const int nh = ig_tap_offsets_host(p->transposed, qh, p->stride_h, p->pad_h, p->dil_h, p->kh, &hmin, &hmax);
+        const int nw = ig_tap_offsets_host(p->transposed, qw, p->stride_w, p->pad_w, p->dil_w, p->kw, &wmin, &wmax);
+        if (nh == 0 || nw == 0)
+            continue; /* no taps: the main loop reads nothing */
+        const int ph = (p->oh - qh + p->sh - 1) / p->sh;
+        const int pw = p->cluster > 1 ? p->pw_pairs : (p->ow - qw + p->sw - 1) / p->sw;
+        if (-wmin > left)
+            left = -wmin;
+        if (pw - 1 + wmax - (p->w - 1) > right)
+            right = pw - 1 + wmax - (p->w - 1);
+        const int rows = hmax - hmin + 1, ss = a_h < rows ? a_h : rows;
+        int slots = 63 / pw + 2; /* phase rows a run of 64 consecutive pixels can touch */
+        if (slots > ph)
+            slots = ph;
+        const int nr = (slots - 1) * ss + rows;
+        if (nr > nr_max)
+            nr_max = nr;
+    }
+    int gap = (left > right ? left : right);
+    gap = (gap + 3) / 4 * 4;
+    if (gap > 64)
+        return false;
+    if ((p->w + gap) % 16 == 0 || (p->w + gap) % 16 == 8)
+        gap += 4; /* ld = 4 or 12 mod 16: a warp's A reads (8 pixels x channels 2t) hit 32 distinct banks */
+    p->pk_gap = gap;
+    p->pk_ld = p->w + gap;
+    p->pk_stage = (int)(((int64_t)gap + (int64_t)nr_max * 8 * p->pk_ld + 3) / 4 * 4);
+    return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * 8 * p->pk_ld < (1 << 20);
+}
+
+static int env_int(const char *name, int dflt, int lo, int hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    const int x = atoi(v);
+    return x < lo ? lo : x > hi ? hi : x;
 }
 
 static bool is_affine_op(cf_op_kind_t k)
@@ -149,7 +228,8 @@ static int smem_optin_bytes(void)
 }
 
 /* Everything about the launch that depends only on the plan (no pointers). Writes why on failure. */
-static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, char *why, size_t why_size)
+static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, char *why, size_t why_size,
+                     bool allow_patch)
 {
     const cf_conv_desc_t *d = &plan->conv;
     memset(p, 0, sizeof *p);
@@ -180,7 +260,6 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     p->nchunk = (nt_need + nt - 1) / nt;
     p->nt_total = p->nchunk * nt;
 
-    int64_t tiles = 0;
     int max_taps = 0;
     /* Column phases of one row phase run as a cluster over the same pixel-pair tiles (see igemm.cuh). */
     p->cluster = (p->transposed && p->sw > 1 && p->sw <= 8) ? p->sw : 1;
@@ -193,24 +272,6 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
         if (taps > max_taps)
             max_taps = taps;
     }
-    for (int g = 0; g < p->ngroup; ++g) {
-        const int qh = p->cluster > 1 ? g : g / p->sw, qw = p->cluster > 1 ? 0 : g % p->sw;
-        const int64_t ph = (p->oh - qh + p->sh - 1) / p->sh;
-        const int64_t pw = p->cluster > 1 ? p->pw_pairs : (p->ow - qw + p->sw - 1) / p->sw;
-        p->tile_start[g] = (int)tiles;
-        if (d->n * ph * pw >= INT32_MAX - CF_IG_TILE_M) {
-            snprintf(why, why_size, "more than 2^31 output pixels in one stride phase (N*PH*PW = %lld)",
-                     (long long)(d->n * ph * pw));
-            return false;
-        }
-        tiles += (d->n * ph * pw + CF_IG_TILE_M - 1) / CF_IG_TILE_M;
-        if (tiles >= INT32_MAX) {
-            snprintf(why, why_size, "more than 2^31 pixel tiles");
-            return false;
-        }
-    }
-    p->tile_start[p->ngroup] = (int)tiles;
-    p->num_tiles = (int)tiles;
 
     /* stages of the full chain (the statistics pass uses a prefix, see ig_stages) */
     int softmax = 0, bn_train = 0, ntables = 0, nstage = 0;
@@ -245,20 +306,39 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     const size_t limit = (size_t)smem_optin_bytes();
     p->stats_mode = bn_train > 0; /* size the statistics buffers in */
     p->b_floats = 0;
+    p->a_floats = CF_IG_RING_FLOATS;
     const size_t fixed = cf_ig_smem_bytes(p, nt);
     const size_t b_full = (size_t)max_taps * p->kc * p->nt_total * 64 * 4;
-    /* Tensor-core path (docs/kb2_73.md, docs/kb2_91.md; measured on the H100 in one run): wgmma for 3xTF32
-     * (KB2-73 eval 0.50 ms against 0.70 ms on mma.sync), mma.sync for plain TF32 (KB2-91: 2.24 against 2.33 ms,
-     * that kernel is bound by its epilogue, not its MMAs). CONVFUSE_IG_MMA=wgmma|sync overrides the choice. */
+    const size_t b_wg = (passes == 3 ? 2 : 1) * b_full;
+    /* Tensor-core path (docs/kb2_91.md, docs/kb2_73.md): wgmma with the input patch wherever it fits (any
+     * products); otherwise wgmma with the per-thread gather for 3xTF32 (KB2-73 eval 0.50 ms against 0.70 ms on
+     * mma.sync) and mma.sync for plain TF32 (that gather-bound kernel was no faster on wgmma).
+     * CONVFUSE_IG_MMA=wgmma|sync and CONVFUSE_IG_PATCH=0 override; CONVFUSE_IG_PATCH_STAGES sets the ring depth. */
     const char *mma_env = getenv("CONVFUSE_IG_MMA");
-    const bool want_wg = mma_env && strcmp(mma_env, "wgmma") == 0   ? true
-                         : mma_env && strcmp(mma_env, "sync") == 0 ? false
-                                                                   : passes == 3;
-    const bool allow_wg = want_wg && device_cc_major_minor() == 90;
-    if (allow_wg && fixed + (passes == 3 ? 2 : 1) * b_full <= limit) {
+    const bool force_wg = mma_env && strcmp(mma_env, "wgmma") == 0, force_sync = mma_env && strcmp(mma_env, "sync") == 0;
+    const bool cc90 = !force_sync && device_cc_major_minor() == 90;
+    bool patched = false;
+    if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p)) {
+        for (int st = env_int("CONVFUSE_IG_PATCH_STAGES", CF_IG_PATCH_STAGES_DEFAULT, 1, 3); st >= 1 && !patched; --st) {
+            p->a_floats = 4 * st * p->pk_stage; /* 4 warpgroups */
+            if (cf_ig_smem_bytes(p, nt) + b_wg <= limit) {
+                p->patch = 1;
+                p->pk_stages = st;
+                patched = true;
+            }
+        }
+        if (!patched)
+            p->a_floats = CF_IG_RING_FLOATS;
+    }
+    const bool want_wg = patched || force_wg || (!force_sync && passes == 3);
+    if (patched) {
         p->resident = 1;
         p->wg = 1;
-        p->b_floats = (int)((passes == 3 ? 2 : 1) * b_full / 4);
+        p->b_floats = (int)(b_wg / 4);
+    } else if (want_wg && cc90 && fixed + b_wg <= limit) {
+        p->resident = 1;
+        p->wg = 1;
+        p->b_floats = (int)(b_wg / 4);
     } else if (fixed + b_full <= limit) {
         p->resident = 1;
         p->b_floats = (int)(b_full / 4);
@@ -277,7 +357,28 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
         p->b_floats = (int)(kblk * per_ks / 4);
     }
     p->stats_mode = 0;
-    (void)passes;
+    /* Tiles of 256 pixels, group by group; in patch mode every image starts a new tile. */
+    int64_t tiles = 0;
+    for (int g = 0; g < p->ngroup; ++g) {
+        const int qh = p->cluster > 1 ? g : g / p->sw, qw = p->cluster > 1 ? 0 : g % p->sw;
+        const int64_t ph = (p->oh - qh + p->sh - 1) / p->sh;
+        const int64_t pw = p->cluster > 1 ? p->pw_pairs : (p->ow - qw + p->sw - 1) / p->sw;
+        p->tile_start[g] = (int)tiles;
+        if (d->n * ph * pw >= INT32_MAX - CF_IG_TILE_M) {
+            snprintf(why, why_size, "more than 2^31 output pixels in one stride phase (N*PH*PW = %lld)",
+                     (long long)(d->n * ph * pw));
+            return false;
+        }
+        tiles += p->patch ? d->n * ((ph * pw + CF_IG_TILE_M - 1) / CF_IG_TILE_M)
+                          : (d->n * ph * pw + CF_IG_TILE_M - 1) / CF_IG_TILE_M;
+        if (tiles >= INT32_MAX) {
+            snprintf(why, why_size, "more than 2^31 pixel tiles");
+            return false;
+        }
+    }
+    p->tile_start[p->ngroup] = (int)tiles;
+    p->num_tiles = (int)tiles;
+    p->pace = env_int("CONVFUSE_IG_PACE", CF_IG_PACE_DEFAULT, 1, 1 << 20);
     *nt_out = nt;
     return true;
 }
@@ -350,7 +451,7 @@ bool cf_ig_supports(const struct cf_plan *plan, int products, bool chunked, char
 {
     cf_ig_params p;
     int nt = 0;
-    if (!ig_shape(plan, &p, &nt, why, why_size))
+    if (!ig_shape(plan, &p, &nt, why, why_size, true))
         return false;
     if (cf_ig_products(plan) != products) {
         snprintf(why, why_size, "math mode resolves to %s products", cf_ig_products(plan) == 3 ? "3xTF32" : "TF32");
@@ -376,7 +477,7 @@ size_t cf_ig_workspace_bytes(const struct cf_plan *plan)
     cf_ig_params p;
     int nt = 0;
     char why[256];
-    if (!ig_shape(plan, &p, &nt, why, sizeof why))
+    if (!ig_shape(plan, &p, &nt, why, sizeof why, true))
         return 0;
     const size_t cpad = (size_t)p.nt_total * 8;
     const size_t blocks = (size_t)plan->device_sm_count * CF_IG_MAX_BLOCKS_PER_SM;
@@ -453,7 +554,7 @@ __global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, int cpad,
 static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_count, int max_grid,
                              cudaStream_t stream, int *grid_out)
 {
-    ig_kernel_fn fn = ig_pick(nt, passes, p->wg);
+    ig_kernel_fn fn = ig_pick(nt, passes, p->wg, p->patch);
     const int threads = p->wg ? 2 * CF_IG_THREADS : CF_IG_THREADS;
     if (!fn)
         return cf_error(CF_STATUS_INTERNAL_ERROR, "no kernel variant NT=%d products=%d", nt, passes);
@@ -498,9 +599,9 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (grid_out)
         *grid_out = grid;
     if (cf_verbose("launch"))
-        fprintf(stderr, "convfuse: launch: igemm %s NT=%d products=%d grid=%d cluster=%d smem=%zu resident=%d chunks=%d "
-                        "stats=%d\n", p->wg ? "wgmma" : "mma.sync", nt, passes, grid, p->cluster, smem, p->resident,
-                p->nchunk, p->stats_mode);
+        fprintf(stderr, "convfuse: launch: igemm %s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
+                        "chunks=%d stats=%d patch_stages=%d\n", p->wg ? "wgmma" : "mma.sync", p->patch ? "+patch" : "", nt,
+                passes, grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages);
     return CF_STATUS_SUCCESS;
 }
 
@@ -510,7 +611,10 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     cf_ig_params p;
     int nt = 0;
     char why[256];
-    if (!ig_shape(plan, &p, &nt, why, sizeof why))
+    if (!ig_shape(plan, &p, &nt, why, sizeof why, true))
+        return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
+    /* the patch copies are 16-byte cp.async from the input: a misaligned view takes the gathering path */
+    if (p.patch && ((uintptr_t)args->src % 16 != 0) && !ig_shape(plan, &p, &nt, why, sizeof why, false))
         return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
     const int passes = cf_ig_products(plan);
     p.src = args->src;

@@ -88,15 +88,28 @@ struct cf_ig_params {
     struct cf_ig_op op[CF_CHAIN_MAX_OPS];
     int stats_mode;         /* 1: no store; per-CTA per-channel (count, mean, M2) into stats */
     float *stats;           /* [gridDim.x][cout_pad][3]: count, mean, M2 */
+    int a_floats;           /* shared floats of the A region: the per-thread ring, or the input patches */
+    int pace;               /* cluster mode: tiles between the pair's pacing barriers */
+    /* Input patch (wgmma only, see ig_patch_feed): each warpgroup copies the input rows its 64 pixels read,
+     * 8 channels per stage, with 16-byte cp.async into a ring of pk_stages buffers; every tap is then an
+     * address offset into it. Tiles do not cross images (tiles per image = ceil(PH*PW / 256)). */
+    int patch;
+    int pk_ld;              /* floats per patch row: W + pk_gap, = 4 or 12 mod 16 (conflict-free A reads) */
+    int pk_gap;             /* zero columns between rows (the column halo of the taps) */
+    int pk_stage;           /* floats per stage buffer */
+    int pk_stages;          /* ring depth, 1..3 */
 };
+
+/* Floats of the per-thread A ring (the gathering main loops). */
+#define CF_IG_RING_FLOATS (CF_IG_A_STAGES * 8 * CF_IG_THREADS)
 
 /* Shared-memory bytes the kernel needs for these parameters. */
 static inline size_t cf_ig_smem_bytes(const struct cf_ig_params *p, int nt)
 {
     size_t bytes = 1024 + (size_t)p->b_floats * 4;            /* B fragments, 1 KB-aligned */
-    bytes += (size_t)CF_IG_A_STAGES * 8 * CF_IG_THREADS * 4;  /* A fragments, per thread, in flight */
+    bytes += (size_t)p->a_floats * 4;                         /* A: per-thread ring or input patches */
     bytes += (size_t)p->ntables * p->nt_total * 8 * 8;        /* affine tables, float2 per channel */
-    bytes += (size_t)3 * CF_IG_MAX_TAPS * 4;                  /* tap tables */
+    bytes += (size_t)4 * CF_IG_MAX_TAPS * 4;                  /* tap tables */
     bytes += (size_t)CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD * 4; /* per-warp store staging: 8 channels x 32 pixels */
     if (p->stats_mode) {
         bytes += (size_t)CF_IG_MAX_WARPS * p->nt_total * 8 * 2 * 4 + CF_IG_MAX_WARPS * 4; /* per-warp running stats */

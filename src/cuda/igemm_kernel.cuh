@@ -34,6 +34,7 @@ struct ig_smem {
     float *a; /* [CF_IG_A_STAGES][4*MT][threads] (= 8 x 256): each thread's own A fragments */
     float2 *tab;
     int *tap_dh, *tap_dw, *tap_widx;
+    int *tap_poff; /* patch mode: the tap's offset in a patch buffer, (c_h - c_min) rows of 8 channels + c_w */
     float *run_mean, *run_m2; /* [warp][C_out padded]: the warp's running statistics over its tiles */
     int *run_cnt;             /* [warp] */
     float *stage; /* [warp][8 channels][CF_IG_STAGE_LD]: fragment -> row-major transpose for coalesced stores */
@@ -49,12 +50,13 @@ __device__ __forceinline__ ig_smem ig_carve(const cf_ig_params &p, float *base)
     const uint32_t mis = (uint32_t)__cvta_generic_to_shared(base) & 1023u;
     s.b = base + ((1024u - mis) & 1023u) / 4;
     s.a = s.b + p.b_floats;
-    s.tab = reinterpret_cast<float2 *>(s.a + CF_IG_A_STAGES * 8 * CF_IG_THREADS);
+    s.tab = reinterpret_cast<float2 *>(s.a + p.a_floats);
     s.tap_dh = reinterpret_cast<int *>(s.tab + p.ntables * p.nt_total * 8);
     s.tap_dw = s.tap_dh + CF_IG_MAX_TAPS;
     s.tap_widx = s.tap_dw + CF_IG_MAX_TAPS;
+    s.tap_poff = s.tap_widx + CF_IG_MAX_TAPS;
     /* same order as cf_ig_smem_bytes: staging before the statistics, which exist only in stats mode */
-    s.stage = reinterpret_cast<float *>(s.tap_widx + CF_IG_MAX_TAPS);
+    s.stage = reinterpret_cast<float *>(s.tap_poff + CF_IG_MAX_TAPS);
     s.run_mean = s.stage + CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD;
     s.run_m2 = s.run_mean + CF_IG_MAX_WARPS * p.nt_total * 8;
     s.run_cnt = reinterpret_cast<int *>(s.run_m2 + CF_IG_MAX_WARPS * p.nt_total * 8);
@@ -278,11 +280,18 @@ template <int NT, int PASSES>
 __device__ void ig_load_b_wg(const cf_ig_params &p, const ig_smem &s, int ntaps, int nks)
 {
     const int per_ks = p.nt_total * 64, half = p.b_floats / 2;
-    (void)ntaps;
     for (int e = threadIdx.x; e < nks * per_ks; e += blockDim.x) {
         const int ks = e / per_ks, rem = e - ks * per_ks, n = rem >> 3, k = rem & 7;
-        const int tap = ks / p.kc, kcl = ks - tap * p.kc; /* k8 steps are tap-major, channel-minor */
-        const float v = ig_wei(p, s.tap_widx[tap], kcl * 8 + k, n);
+        float v;
+        if (p.patch) {
+            /* patch feed: k8 steps channel-block-major, tap-minor; row k of a step is channel 2k (k < 4) or
+             * 2(k-4)+1, so a thread's two A values of a pixel are adjacent patch rows (see ig_patch_feed) */
+            const int kb = ks / ntaps, tap = ks - kb * ntaps;
+            v = ig_wei(p, s.tap_widx[tap], kb * 8 + (k < 4 ? 2 * k : 2 * (k - 4) + 1), n);
+        } else {
+            const int tap = ks / p.kc, kcl = ks - tap * p.kc; /* k8 steps are tap-major, channel-minor */
+            v = ig_wei(p, s.tap_widx[tap], kcl * 8 + k, n);
+        }
         const int c = n / (8 * NT), nl = n - c * 8 * NT;
         const int off = (ks * p.nchunk + c) * NT * 64 + ((nl >> 3) * 2 + (k >> 2)) * 32 + (nl & 7) * 4 + (k & 3);
         const uint32_t big = tf32_rna(v);
@@ -304,100 +313,246 @@ __device__ __forceinline__ void ig_wgmma(float (&acc)[1][NT][4], const uint32_t 
         wgmma_m64n32k8_tf32<1>(d, a, desc);
 }
 
-/* One k8 step on the tensor core: A (this thread's 4 fragment values) from registers, B by descriptor. */
-template <int NT, int PASSES>
-__device__ __forceinline__ void ig_wg_step(const cf_ig_params &p, const ig_smem &s, const float (&av)[4], int ks,
-                                           int chunk, uint32_t (&abig)[4], uint32_t (&asmall)[4],
-                                           float (&acc)[1][NT][4])
+/* One 3xTF32 k8 step on the tensor core: A (this thread's 4 fragment values) from registers, B (big and small
+ * parts) by descriptor. A splits exactly into big = x with the low 13 bits cleared and small = x - big; small is
+ * rounded to TF32 by adding half a TF32 ulp to its bits (the tensor core ignores the low 13 bits): 3 integer/FP
+ * instructions per value where cvt.rna.tf32 compiled to 4 for each of the two roundings. */
+template <int NT>
+__device__ __forceinline__ void ig_wg_step3(const float (&av)[4], uint64_t dbig, uint64_t dsmall, uint32_t (&abig)[4],
+                                            uint32_t (&asmall)[4], float (&acc)[1][NT][4])
 {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-        abig[q] = tf32_rna(av[q]);
-        if (PASSES == 3)
-            asmall[q] = tf32_rna(av[q] - __uint_as_float(abig[q]));
+        abig[q] = __float_as_uint(av[q]) & 0xffffe000u;
+        asmall[q] = __float_as_uint(av[q] - __uint_as_float(abig[q])) + 0x1000u;
     }
-    const float *blk = s.b + (ks * p.nchunk + chunk) * NT * 64;
-    uint64_t dbig = wgmma_desc(blk, 128, 256), dsmall = wgmma_desc(blk + p.b_floats / 2, 128, 256);
     /* every wgmma input is final before the fence: ptxas serialises the wgmma pipeline (C7513) when an ordinary
      * instruction defines one of them between the fence and the wgmma */
     asm volatile("" : "+l"(dbig), "+l"(dsmall));
     wgmma_pin(abig);
-    if (PASSES == 3)
-        wgmma_pin(asmall);
+    wgmma_pin(asmall);
     wgmma_fence();
-    if (PASSES == 3) { /* small*big + big*small, then big*big */
-        ig_wgmma<NT>(acc, asmall, dbig);
-        ig_wgmma<NT>(acc, abig, dsmall);
-    }
+    ig_wgmma<NT>(acc, asmall, dbig); /* small*big + big*small, then big*big */
+    ig_wgmma<NT>(acc, abig, dsmall);
     ig_wgmma<NT>(acc, abig, dbig);
     wgmma_commit();
     wgmma_wait<1>(); /* the previous step's A registers are free again (double buffer) */
 }
 
-/* acc = conv of this thread's 2 pixels x chunk's channels on wgmma (B resident). */
-template <int NT, int PASSES>
-__device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_smem &s, ig_pixels<1> &px, int ntaps,
-                                               int chunk, float (&acc)[1][NT][4])
+/* A operand feeds of the wgmma main loop. prime() starts the copies; fetch(av) returns this thread's four
+ * fragment values of the next k8 step (a0 = row g k t, a1 = row g+8 k t, a2 = row g k t+4, a3 = row g+8 k t+4).
+ *
+ * ig_ring_feed: the per-thread 4-byte cp.async gather (any shape; ~100 instructions per k8 step). */
+struct ig_ring_feed {
+    const cf_ig_params &p;
+    const ig_smem &s;
+    ig_pixels<1> &px;
+    ig_a_feed<1> f;
+    int ks = 0;
+    __device__ __forceinline__ ig_ring_feed(const cf_ig_params &p_, const ig_smem &s_, ig_pixels<1> &px_, int nks)
+        : p(p_), s(s_), px(px_), f(p_, s_, px_, nks)
+    {
+    }
+    __device__ __forceinline__ void prime()
+    {
+        for (int i = 0; i < CF_IG_A_STAGES - 1; ++i)
+            f.issue(p, s, px);
+    }
+    __device__ __forceinline__ void fetch(float (&av)[4])
+    {
+        ig_wait<CF_IG_A_STAGES - 2>();
+        const float *sa = s.a + (ks % CF_IG_A_STAGES) * 4 * ig_threads(1) + threadIdx.x;
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            av[q] = sa[q * ig_threads(1)];
+        f.issue(p, s, px);
+        ++ks;
+    }
+};
+
+__device__ __forceinline__ void ig_wg_bar(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(wg + 1) : "memory"); }
+
+__device__ __forceinline__ float ig_lds(uint32_t addr)
+{
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+    return v;
+}
+
+/* ig_patch_feed: the warpgroup's input patch. Its 64 pixels (consecutive in one image of the phase grid) span
+ * `slots` phase rows j_first.. ; slot s reads input rows a_h*(j_first + s) + c_min + tr, tr < rows (the phase's
+ * row-tap span). Patch row R holds input row iy0 + a_h*(R / ss) + R % ss (ss = min(a_h, rows): consecutive
+ * slots share rows when the taps overlap), for 8 channels: buffer row R*8 + ci at gap + (R*8 + ci)*ld, the
+ * zero gap between rows being the column halo. A pixel's value for tap (c_h, c_w) and channel ci is at
+ * gap + ((slot*ss + c_h - c_min)*8 + ci)*ld + i + c_w: the per-pixel part is computed once per tile, the tap
+ * part comes from a table, so a k8 step is 4 LDS. Each stage (8 channels, all taps) is copied by the whole
+ * warpgroup with 16-byte cp.async (zero-filled outside the image), `nst` stages in flight. */
+struct ig_patch_feed {
+    const cf_ig_params &p;
+    const int *tap_poff;
+    uint32_t buf;           /* shared byte address of this warpgroup's ring */
+    uint32_t a0, a1;        /* byte offsets of pixels g and g+8, channel 2t, tap origin */
+    const float *src_img;
+    int wg, iy0, ss, nrows, ntaps, tap = 0, kb = 0, slot = 0;
+
+    __device__ __forceinline__ ig_patch_feed(const cf_ig_params &p_, const ig_smem &s, int wg_, int img, int m_base,
+                                             int ph, int pw, int c_min, int rows, int ntaps_)
+        : p(p_), tap_poff(s.tap_poff), wg(wg_), ntaps(ntaps_)
+    {
+        const int a_h = p.transposed ? 1 : p.stride_h, lim = ph * pw;
+        ss = min(a_h, rows);
+        const int j_first = m_base / pw, j_last = min(m_base + 63, lim - 1) / pw;
+        nrows = ((j_last - j_first) * ss + rows) * 8;
+        iy0 = a_h * j_first + c_min;
+        src_img = p.src + (int64_t)img * p.cin * p.h * p.w;
+        buf = (uint32_t)__cvta_generic_to_shared(s.a) + (uint32_t)(wg * p.pk_stages * p.pk_stage) * 4u;
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        const int r0 = ((threadIdx.x >> 5) & 3) * 16 + g;
+        uint32_t off[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = min(m_base + r0 + 8 * h, lim - 1); /* pixels past the end read a valid one (not stored) */
+            const int j = m / pw, i = m - j * pw;
+            off[h] = (uint32_t)(((j - j_first) * ss * 8 + 2 * t) * p.pk_ld + p.pk_gap + i) * 4u;
+        }
+        a0 = off[0];
+        a1 = off[1];
+    }
+
+    /* copy stage `k` (channels 8k..8k+7) into ring slot `sl` */
+    __device__ __forceinline__ void issue(int k, int sl)
+    {
+        if (k >= p.kc)
+            return;
+        const int a_h = p.transposed ? 1 : p.stride_h;
+        const int wt = threadIdx.x & 127, chunks = p.w >> 2, drr = 128 / chunks, dch = 128 - drr * chunks;
+        const uint32_t dst0 = buf + (uint32_t)(sl * p.pk_stage + p.pk_gap) * 4u;
+        int rr = wt / chunks, ch = wt - rr * chunks;
+        while (rr < nrows) {
+            const int R = rr >> 3, c = k * 8 + (rr & 7);
+            const int iy = ss == a_h ? iy0 + R : iy0 + a_h * (R / ss) + R % ss;
+            const bool ok = (unsigned)iy < (unsigned)p.h && c < p.cin;
+            const float *g = ok ? src_img + ((c * p.h + iy) * p.w + ch * 4) : p.src;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst0 + (uint32_t)(rr * p.pk_ld + ch * 4) * 4u),
+                         "l"(g), "r"(ok ? 16 : 0));
+            rr += drr;
+            ch += dch;
+            if (ch >= chunks) {
+                ch -= chunks;
+                ++rr;
+            }
+        }
+    }
+
+    __device__ __forceinline__ void prime()
+    {
+        ig_wg_bar(wg); /* every warp of the group is done reading the previous tile's patch */
+        for (int i = 0; i + 1 < p.pk_stages; ++i) {
+            issue(i, i);
+            ig_commit();
+        }
+    }
+
+    __device__ __forceinline__ void fetch(float (&av)[4])
+    {
+        const int nst = p.pk_stages;
+        if (tap == 0) { /* a new stage: it has landed for everyone, and the slot read last is free */
+            if (nst == 1) {
+                ig_wg_bar(wg);
+                issue(kb, 0);
+                ig_commit();
+                ig_wait<0>();
+            } else if (nst == 2) {
+                ig_wait<0>();
+            } else {
+                ig_wait<1>();
+            }
+            ig_wg_bar(wg);
+            if (nst > 1) {
+                const int sl = slot + nst - 1;
+                issue(kb + nst - 1, sl >= nst ? sl - nst : sl);
+                ig_commit();
+            }
+        }
+        const uint32_t b = buf + (uint32_t)(slot * p.pk_stage + tap_poff[tap]) * 4u, ld4 = (uint32_t)p.pk_ld * 4u;
+        av[0] = ig_lds(b + a0);
+        av[1] = ig_lds(b + a1);
+        av[2] = ig_lds(b + a0 + ld4);
+        av[3] = ig_lds(b + a1 + ld4);
+        if (++tap == ntaps) {
+            tap = 0;
+            ++kb;
+            slot = slot + 1 == nst ? 0 : slot + 1;
+        }
+    }
+};
+
+/* acc = conv of this thread's 2 pixels x chunk's channels on wgmma (B resident); k8 steps in the feed's order. */
+template <int NT, int PASSES, typename Feed>
+__device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_smem &s, Feed &feed, int nks, int chunk,
+                                               float (&acc)[1][NT][4])
 {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             acc[0][nt][e] = 0.f;
-    const int nks = ntaps * p.kc;
     if (nks == 0)
         return;
-    constexpr int S = CF_IG_A_STAGES;
-    ig_a_feed<1> feed(p, s, px, nks);
-    for (int i = 0; i < S - 1; ++i)
-        feed.issue(p, s, px);
-    auto fetch = [&](int ks, float (&av)[4]) {
-        ig_wait<S - 2>();
-        const float *sa = s.a + (ks % S) * 4 * ig_threads(1) + threadIdx.x;
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-            av[q] = sa[q * ig_threads(1)];
-        feed.issue(p, s, px);
-    };
+    feed.prime();
+    /* B descriptors: the chunk's first k8 block, then + ks blocks (address field in 16-byte units; B lies in the
+     * first 256 KB of shared memory, so the 14-bit field never carries) */
+    const uint64_t dbase = wgmma_desc(s.b + chunk * NT * 64, 128, 256);
+    const uint32_t dstep = (uint32_t)p.nchunk * NT * 16;
     if constexpr (PASSES == 1) {
-        /* Two k8 steps per wgmma group; the next pair's A values are read from the ring while the group runs,
-         * and rounded to TF32 only after wait_group 0. Overwriting A registers of a group still in flight (a
-         * double buffer with wait_group 1) made ptxas serialise every wgmma (C7513) and reuse the registers. */
+        /* Two k8 steps per wgmma group; the next pair's A values are read while the group runs, and rounded to
+         * TF32 only after wait_group 0. Overwriting A registers of a group still in flight (a double buffer with
+         * wait_group 1) made ptxas serialise every wgmma (C7513) and reuse the registers. */
         float av[2][4];
-        fetch(0, av[0]);
+        feed.fetch(av[0]);
         if (nks > 1)
-            fetch(1, av[1]);
+            feed.fetch(av[1]);
         for (int ks = 0; ks < nks; ks += 2) {
             const bool two = ks + 1 < nks;
+            /* TF32 operands by truncation: the tensor core reads the top 19 bits of the fp32 values as they are
+             * (cvt.rna.tf32 compiled to 4 instructions per value; error still ~1e-6 at the KB2-91 shape) */
             uint32_t a0[4], a1[4];
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                a0[q] = tf32_rna(av[0][q]);
-                a1[q] = tf32_rna(av[1][q]);
+                a0[q] = __float_as_uint(av[0][q]);
+                a1[q] = two ? __float_as_uint(av[1][q]) : 0u;
             }
-            uint64_t d0 = wgmma_desc(s.b + (ks * p.nchunk + chunk) * NT * 64, 128, 256);
-            uint64_t d1 = wgmma_desc(s.b + ((ks + 1) * p.nchunk + chunk) * NT * 64, 128, 256);
+            /* an odd last step multiplies zeros by the first step's B: a conditional wgmma made ptxas serialise
+             * every wgmma of the kernel (C7520, "WG.AR in divergent path") */
+            uint64_t d0 = dbase + (uint64_t)(ks * dstep);
+            uint64_t d1 = dbase + (uint64_t)((two ? ks + 1 : ks) * dstep);
             asm volatile("" : "+l"(d0), "+l"(d1));
             wgmma_fence();
             ig_wgmma<NT>(acc, a0, d0);
-            if (two)
-                ig_wgmma<NT>(acc, a1, d1);
+            ig_wgmma<NT>(acc, a1, d1);
             wgmma_commit();
             if (ks + 2 < nks)
-                fetch(ks + 2, av[0]);
+                feed.fetch(av[0]);
             if (ks + 3 < nks)
-                fetch(ks + 3, av[1]);
+                feed.fetch(av[1]);
             wgmma_wait<0>();
+            /* a0/a1 live until the group is done: without a conversion instruction they could share registers with
+             * av, which the fetches above overwrite while the tensor core still reads them (measured: rare wrong
+             * values, max error 5e-4 at the KB2-91 shape) */
+            wgmma_pin(a0);
+            wgmma_pin(a1);
         }
     } else {
+        const uint64_t dsmall = dbase + (uint64_t)((uint32_t)p.b_floats / 2 / 4); /* small parts: b_floats/2 on */
         uint32_t a0[4], s0[4], a1[4], s1[4];
         for (int ks = 0; ks < nks; ks += 2) {
             float av[4];
-            fetch(ks, av);
-            ig_wg_step<NT, PASSES>(p, s, av, ks, chunk, a0, s0, acc);
+            feed.fetch(av);
+            ig_wg_step3<NT>(av, dbase + (uint64_t)(ks * dstep), dsmall + (uint64_t)(ks * dstep), a0, s0, acc);
             if (ks + 1 < nks) {
-                fetch(ks + 1, av);
-                ig_wg_step<NT, PASSES>(p, s, av, ks + 1, chunk, a1, s1, acc);
+                feed.fetch(av);
+                ig_wg_step3<NT>(av, dbase + (uint64_t)((ks + 1) * dstep), dsmall + (uint64_t)((ks + 1) * dstep), a1,
+                                s1, acc);
             }
         }
     }
@@ -577,12 +732,19 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
     constexpr int PXW = 16 * MT, GROUPS = 32 / PXW, PER = 8 / GROUPS; /* channels per lane per slab */
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float *stg = s.stage + (threadIdx.x >> 5) * 8 * CF_IG_STAGE_LD;
-    const int64_t plane = (int64_t)p.oh * p.ow;
+    const int plane = p.oh * p.ow; /* C_out*OH*OW < 2^31 per image (host check): 32-bit channel offsets */
     const int pl = lane % PXW, cg = lane / PXW;
     /* channels this lane writes: c0 + cg + it*GROUPS, c0 = (chunk*NT + nt)*8 */
     const int cbase = chunk * NT * 8 + cg;
-    const int cend = px.st_ok ? p.cout : 0; /* a lane past the end of the phase writes nothing */
-    float *dst = px.st_ptr + cbase * plane;
+    /* a chunk wholly inside C_out needs no channel test (warp-uniform); a lane past the end of the phase
+     * writes nothing */
+    const bool whole = (chunk + 1) * NT * 8 <= p.cout;
+    const int cend = px.st_ok ? p.cout : 0;
+    float *dst = px.st_ptr + (int64_t)cbase * plane;
+    int off[PER];
+#pragma unroll
+    for (int it = 0; it < PER; ++it)
+        off[it] = it * GROUPS * plane;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -596,10 +758,18 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
         for (int it = 0; it < PER; ++it)
             v[it] = stg[(cg + it * GROUPS) * CF_IG_STAGE_LD + pl];
         __syncwarp();
+        if (whole) {
+            if (px.st_ok)
 #pragma unroll
-        for (int it = 0; it < PER; ++it)
-            if (cbase + nt * 8 + it * GROUPS < cend)
-                dst[(nt * 8 + it * GROUPS) * plane] = v[it];
+                for (int it = 0; it < PER; ++it)
+                    dst[off[it]] = v[it];
+        } else {
+#pragma unroll
+            for (int it = 0; it < PER; ++it)
+                if (cbase + nt * 8 + it * GROUPS < cend)
+                    dst[off[it]] = v[it];
+        }
+        dst += 8 * plane;
     }
 }
 
@@ -658,18 +828,22 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
     __syncwarp();
 }
 
-template <int NT, int PASSES, int MINB, bool WG>
+template <int NT, int PASSES, int MINB, bool WG, bool PATCH>
 __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
     cf_ig_kernel(const __grid_constant__ cf_ig_params p)
 {
+    static_assert(WG || !PATCH, "the input patch feeds the wgmma main loop only");
     /* mma.sync: 8 warps x 32 pixels (two m16 tiles each); wgmma: 4 warpgroups x 64 pixels (16 per warp) */
     constexpr int MT = WG ? 1 : 2;
     extern __shared__ float4 smem_raw[];
-    __shared__ int sh_ntaps, sh_nt[2], sh_k[2][CF_IG_MAX_TAPS], sh_c[2][CF_IG_MAX_TAPS];
+    __shared__ int sh_ntaps, sh_nt[2], sh_k[2][CF_IG_MAX_TAPS], sh_c[2][CF_IG_MAX_TAPS], sh_cmin, sh_rows;
     const ig_smem s = ig_carve<NT>(p, reinterpret_cast<float *>(smem_raw));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
 
     ig_build_tables(p, s);
+    if (PATCH) /* the column halos between patch rows stay zero; copies only write the rows */
+        for (int i = threadIdx.x; i < p.a_floats; i += blockDim.x)
+            s.a[i] = 0.f;
     if (p.stats_mode) {
         for (int c = threadIdx.x; c < CF_IG_MAX_WARPS * p.nt_total * 8; c += blockDim.x) {
             s.run_mean[c] = 0.f;
@@ -687,12 +861,18 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
     const int cid = blockIdx.x / p.cluster, ncl = gridDim.x / p.cluster;
     const int t_begin = (int)((int64_t)cid * p.num_tiles / ncl);
     const int t_end = (int)((int64_t)(cid + 1) * p.num_tiles / ncl);
-    int grp = -1, q = -1, ntaps = 0, ph = 0, pw = 0, qh = 0, qw = 0;
+    int grp = -1, q = -1, ntaps = 0, ph = 0, pw = 0, qh = 0, qw = 0, pk_cmin = 0, pk_rows = 0;
     const int a_h = p.transposed ? 1 : p.stride_h, a_w = p.transposed ? 1 : p.stride_w;
 
     for (int tile = t_begin; tile < t_end; ++tile) {
-        if (p.cluster > 1) /* pacing only (no data crosses it): relaxed, so no membar per tile */
-            asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+        /* Pacing only (no data crosses it, so relaxed: no membar): the pair's CTAs stay within `pace` tiles of
+         * each other, so the halves of each output sector meet in L2. Split arrive/wait leaves that much slack;
+         * a full barrier per tile ran every CTA's warps in lock-step. */
+        if (p.cluster > 1 && (tile - t_begin) % p.pace == 0) {
+            if (tile > t_begin)
+                asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+            asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+        }
         if (grp < 0 || tile >= p.tile_start[grp + 1]) {
             while (tile >= p.tile_start[grp + 1])
                 ++grp;
@@ -706,6 +886,13 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
                 sh_nt[0] = ig_taps_1d(p.transposed, qh, p.stride_h, p.pad_h, p.dil_h, p.kh, sh_k[0], sh_c[0]);
                 sh_nt[1] = ig_taps_1d(p.transposed, qw, p.stride_w, p.pad_w, p.dil_w, p.kw, sh_k[1], sh_c[1]);
                 sh_ntaps = sh_nt[0] * sh_nt[1];
+                int cmn = 0, cmx = 0;
+                for (int a = 0; a < sh_nt[0]; ++a) {
+                    cmn = a == 0 ? sh_c[0][a] : min(cmn, sh_c[0][a]);
+                    cmx = a == 0 ? sh_c[0][a] : max(cmx, sh_c[0][a]);
+                }
+                sh_cmin = cmn;
+                sh_rows = cmx - cmn + 1;
             }
             __syncthreads();
             for (int tp = threadIdx.x; tp < sh_ntaps; tp += blockDim.x) {
@@ -713,9 +900,12 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
                 s.tap_dh[tp] = sh_c[0][a];
                 s.tap_dw[tp] = sh_c[1][b];
                 s.tap_widx[tp] = sh_k[0][a] * p.kw + sh_k[1][b];
+                s.tap_poff[tp] = (sh_c[0][a] - sh_cmin) * 8 * p.pk_ld + sh_c[1][b];
             }
             __syncthreads();
             ntaps = sh_ntaps;
+            pk_cmin = sh_cmin;
+            pk_rows = sh_rows;
             if (p.resident) {
                 if constexpr (WG) {
                     ig_load_b_wg<NT, PASSES>(p, s, ntaps, ntaps * p.kc);
@@ -729,15 +919,21 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
 
         /* this thread's 4 pixels */
         ig_pixels<MT> px;
-        /* N*PH*PW < 2^31 per phase (checked on the host): 32-bit pixel arithmetic */
-        const int m0 = (tile - p.tile_start[grp]) * CF_IG_TILE_M + warp * 16 * MT;
-        const int mq = p.n * ph * pw;
+        /* N*PH*PW < 2^31 per phase (checked on the host): 32-bit pixel arithmetic. Pixels run over the phase
+         * grid of all images; in patch mode each image starts a new tile, and m counts within image t_img. */
+        const int tl = tile - p.tile_start[grp];
+        constexpr bool patch = PATCH; /* the host launches this variant iff p.patch */
+        const int tpi = (ph * pw + CF_IG_TILE_M - 1) / CF_IG_TILE_M;
+        const int t_img = patch ? tl / tpi : 0;
+        const int m_tile = patch ? (tl - t_img * tpi) * CF_IG_TILE_M : tl * CF_IG_TILE_M;
+        const int m0 = m_tile + warp * 16 * MT;
+        const int mq = patch ? ph * pw : p.n * ph * pw;
 #pragma unroll
         for (int r = 0; r < 2 * MT; ++r) {
             const int m = m0 + (r >> 1) * 16 + (r & 1) * 8 + g;
             const int mm = m < mq ? m : 0;
-            const int img = mm / (ph * pw);
-            const int rem = mm - img * ph * pw;
+            const int img = patch ? t_img : mm / (ph * pw);
+            const int rem = mm - (patch ? 0 : img * ph * pw);
             const int j = rem / pw, i = rem - j * pw;
             px.img[r] = (m < mq && qw + p.sw * i < p.ow) ? img : -1;
             px.ihb[r] = a_h * j;
@@ -748,7 +944,8 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
         {   /* the pixel this lane stores: warp pixel lane % (16*MT) */
             const int m = m0 + (lane % (16 * MT));
             const int mm = m < mq ? m : 0;
-            const int img = mm / (ph * pw), rem = mm - img * ph * pw, j = rem / pw, i = rem - j * pw;
+            const int img = patch ? t_img : mm / (ph * pw), rem = mm - (patch ? 0 : img * ph * pw);
+            const int j = rem / pw, i = rem - j * pw;
             px.st_ok = m < mq && qw + p.sw * i < p.ow;
             px.st_ptr = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (qw + p.sw * i));
         }
@@ -767,9 +964,16 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
         }
         for (int visit = two_visits ? 0 : 1; visit < 2; ++visit) {
             for (int chunk = 0; chunk < p.nchunk; ++chunk) {
-                if constexpr (WG)
-                    ig_mainloop_wg<NT, PASSES>(p, s, px, ntaps, chunk, acc);
-                else
+                if constexpr (WG) {
+                    if constexpr (PATCH) {
+                        ig_patch_feed feed(p, s, warp >> 2, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows,
+                                           ntaps);
+                        ig_mainloop_wg<NT, PASSES>(p, s, feed, ntaps * p.kc, chunk, acc);
+                    } else {
+                        ig_ring_feed feed(p, s, px, ntaps * p.kc);
+                        ig_mainloop_wg<NT, PASSES>(p, s, feed, ntaps * p.kc, chunk, acc);
+                    }
+                } else
                     ig_mainloop<NT, PASSES, MT>(p, s, px, ntaps, chunk, acc);
                 ig_apply_stages<NT, MT>(p, s, 0, pre_end, chunk, acc);
                 if (p.softmax_stage >= 0) {
@@ -799,6 +1003,9 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
             }
         }
     }
+
+    if (p.cluster > 1 && t_end > t_begin)
+        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 
     if (p.stats_mode) {
         __syncthreads();
