@@ -3,6 +3,8 @@
 #include "igemm_kernel.cuh"
 #include "igemm_host.h"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -39,10 +41,11 @@ struct ig_variant {
     {4, 1, wg, pk, cf::cf_ig_kernel<4, 1, 1, wg, pk>}, {8, 1, wg, pk, cf::cf_ig_kernel<8, 1, 1, wg, pk>},      \
         {16, 1, wg, pk, cf::cf_ig_kernel<16, 1, 1, wg, pk>}, {4, 3, wg, pk, cf::cf_ig_kernel<4, 3, 1, wg, pk>}, \
         {8, 3, wg, pk, cf::cf_ig_kernel<8, 3, 1, wg, pk>}, {16, 3, wg, pk, cf::cf_ig_kernel<16, 3, 1, wg, pk>}
-/* mma.sync (8 warps x 32 pixels, any B), wgmma (4 warpgroups x 64 pixels, B resident) with the per-thread
- * gather, and wgmma with the input patch (its own variant: the gather's registers are compiled out) */
-static const ig_variant ig_variants[] = {CF_IG_VARIANTS(false, false), CF_IG_VARIANTS(true, false),
-                                         CF_IG_VARIANTS(true, true)};
+/* mma.sync (8 warps x 32 pixels, any B), wgmma (CF_IG_WGS warpgroups x 64 pixels, B resident) with the per-thread
+ * gather, and wgmma with the input patch by cp.async or by TMA (own variants: the other feeds' registers are compiled
+ * out; the NT=16 body is at the 128-register cap, where every live value costs a spill) */
+static const ig_variant ig_variants[] = {CF_IG_VARIANTS(false, 0), CF_IG_VARIANTS(true, 0), CF_IG_VARIANTS(true, 1),
+                                         CF_IG_VARIANTS(true, 2)};
 #define CF_IG_MAX_BLOCKS_PER_SM 2
 
 static ig_kernel_fn ig_pick(int nt, int passes, int wg, int patch)
@@ -69,6 +72,15 @@ static int ig_taps_host(int transposed, int q, int stride, int pad, int dil, int
         }
     }
     return n;
+}
+
+static int env_int(const char *name, int dflt, int lo, int hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    const int x = atoi(v);
+    return x < lo ? lo : x > hi ? hi : x;
 }
 
 /* Offsets c of the taps of phase q along one dimension (input index = a*j + c), as ig_taps_1d on the device. */
@@ -130,17 +142,14 @@ static bool ig_patch_geometry(cf_ig_params *p)
         gap += 4; /* ld = 4 or 12 mod 16: a warp's A reads (8 pixels x channels 2t) hit 32 distinct banks */
     p->pk_gap = gap;
     p->pk_ld = p->w + gap;
-    p->pk_stage = (int)(((int64_t)gap + (int64_t)nr_max * 8 * p->pk_ld + 3) / 4 * 4);
+    p->pk_drr = 128 / (p->w / 4);
+    p->pk_dch = 128 % (p->w / 4);
+    /* stage buffers 128-byte aligned (TMA destinations); the gap after the last row stays zero */
+    p->pk_stage = (int)(((int64_t)gap + (int64_t)nr_max * 8 * p->pk_ld + 31) / 32 * 32);
+    p->pk_rows = nr_max;
+    /* TMA boxes need contiguous rows (a_h = 1) and at most 256 elements per box dimension */
+    p->pk_tma = a_h == 1 && p->pk_ld <= 256 && nr_max <= 256 && env_int("CONVFUSE_IG_TMA", 1, 0, 1);
     return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * 8 * p->pk_ld < (1 << 20);
-}
-
-static int env_int(const char *name, int dflt, int lo, int hi)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return dflt;
-    const int x = atoi(v);
-    return x < lo ? lo : x > hi ? hi : x;
 }
 
 static bool is_affine_op(cf_op_kind_t k)
@@ -320,7 +329,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     bool patched = false;
     if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p)) {
         for (int st = env_int("CONVFUSE_IG_PATCH_STAGES", CF_IG_PATCH_STAGES_DEFAULT, 1, 3); st >= 1 && !patched; --st) {
-            p->a_floats = 4 * st * p->pk_stage; /* 4 warpgroups */
+            p->a_floats = CF_IG_WGS * st * p->pk_stage;
             if (cf_ig_smem_bytes(p, nt) + b_wg <= limit) {
                 p->patch = 1;
                 p->pk_stages = st;
@@ -357,7 +366,9 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
         p->b_floats = (int)(kblk * per_ks / 4);
     }
     p->stats_mode = 0;
-    /* Tiles of 256 pixels, group by group; in patch mode every image starts a new tile. */
+    /* Tiles, group by group; in patch mode every image starts a new tile. */
+    const int tm = p->wg ? CF_IG_WG_TILE_M : CF_IG_TILE_M;
+    p->tile_m = tm;
     int64_t tiles = 0;
     for (int g = 0; g < p->ngroup; ++g) {
         const int qh = p->cluster > 1 ? g : g / p->sw, qw = p->cluster > 1 ? 0 : g % p->sw;
@@ -369,8 +380,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
                      (long long)(d->n * ph * pw));
             return false;
         }
-        tiles += p->patch ? d->n * ((ph * pw + CF_IG_TILE_M - 1) / CF_IG_TILE_M)
-                          : (d->n * ph * pw + CF_IG_TILE_M - 1) / CF_IG_TILE_M;
+        tiles += p->patch ? d->n * ((ph * pw + tm - 1) / tm) : (d->n * ph * pw + tm - 1) / tm;
         if (tiles >= INT32_MAX) {
             snprintf(why, why_size, "more than 2^31 pixel tiles");
             return false;
@@ -554,8 +564,8 @@ __global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, int cpad,
 static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_count, int max_grid,
                              cudaStream_t stream, int *grid_out)
 {
-    ig_kernel_fn fn = ig_pick(nt, passes, p->wg, p->patch);
-    const int threads = p->wg ? 2 * CF_IG_THREADS : CF_IG_THREADS;
+    ig_kernel_fn fn = ig_pick(nt, passes, p->wg, p->patch ? (p->pk_tma ? 2 : 1) : 0);
+    const int threads = p->wg ? CF_IG_WGS * 128 : CF_IG_THREADS;
     if (!fn)
         return cf_error(CF_STATUS_INTERNAL_ERROR, "no kernel variant NT=%d products=%d", nt, passes);
     const size_t smem = cf_ig_smem_bytes(p, nt);
@@ -600,9 +610,33 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
         *grid_out = grid;
     if (cf_verbose("launch"))
         fprintf(stderr, "convfuse: launch: igemm %s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
-                        "chunks=%d stats=%d patch_stages=%d\n", p->wg ? "wgmma" : "mma.sync", p->patch ? "+patch" : "", nt,
-                passes, grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages);
+                        "chunks=%d stats=%d patch_stages=%d\n", p->wg ? "wgmma" : "mma.sync",
+                p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "", nt, passes, grid, p->cluster, p->pace,
+                smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages);
     return CF_STATUS_SUCCESS;
+}
+
+/* The input as a TMA tensor {W, C, H, N} (fastest first) with the patch box {ld, 8, rows, 1}. The encoder is a
+ * driver function, reached through the runtime so the library links no libcuda. False: use the cp.async path. */
+static bool ig_encode_tmap(cf_ig_params *p)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            fn = NULL;
+        return (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }();
+    if (!encode)
+        return false;
+    const cuuint64_t dim[4] = {(cuuint64_t)p->w, (cuuint64_t)p->cin, (cuuint64_t)p->h, (cuuint64_t)p->n};
+    const cuuint64_t stride[3] = {(cuuint64_t)p->h * p->w * 4, (cuuint64_t)p->w * 4, (cuuint64_t)p->cin * p->h * p->w * 4};
+    const cuuint32_t box[4] = {(cuuint32_t)p->pk_ld, 8, (cuuint32_t)p->pk_rows, 1};
+    const cuuint32_t estride[4] = {1, 1, 1, 1};
+    return encode(&p->tmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (void *)p->src, dim, stride, box, estride,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, void *workspace, void *stream_ptr)
@@ -618,6 +652,8 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
         return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
     const int passes = cf_ig_products(plan);
     p.src = args->src;
+    if (p.patch && p.pk_tma && !ig_encode_tmap(&p))
+        p.pk_tma = 0; /* the encoder refused (or no driver entry point): the 16-byte cp.async copies */
     p.wei = args->wei;
     p.bia = plan->conv.has_bias ? args->bia : NULL;
     p.dst = args->dst;

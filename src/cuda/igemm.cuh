@@ -24,10 +24,15 @@
 
 #include "convfuse.h"
 
+#include <cuda.h> /* CUtensorMap */
+
 #define CF_IG_WARPS 8
 #define CF_IG_THREADS (CF_IG_WARPS * 32)
 #define CF_IG_TILE_M (CF_IG_WARPS * 32) /* pixels per tile: 32 per warp (mma.sync) or 16 per warp (wgmma) */
-#define CF_IG_MAX_WARPS 16             /* wgmma variant: 4 warpgroups */
+#define CF_IG_MAX_WARPS 16             /* sizes the per-warp shared arrays */
+#define CF_IG_WGS 4                    /* wgmma variant: warpgroups per CTA. 3 (384 threads, 168 registers, no spills)
+                                          measured slower than 4 (128 registers): KB2-91 2.24 vs 1.77 ms */
+#define CF_IG_WG_TILE_M (CF_IG_WGS * 64) /* wgmma variant: pixels per tile, 64 per warpgroup */
 #define CF_IG_STAGE_LD 36              /* staging row stride: 36 = 4 mod 32 words keeps the fragment writes conflict-free */
 #define CF_IG_MAX_PHASES 64
 #define CF_IG_MAX_TAPS 128
@@ -63,6 +68,9 @@ struct cf_ig_stage {
 };
 
 struct cf_ig_params {
+    /* patch stages by TMA (pk_tma): the input as a 4-D tensor {W, C, H, N} (fastest first), box {pk_ld, 8,
+     * pk_rows, 1} from x = -pk_gap, so the out-of-bounds fill writes the zero column halo (see ig_patch_feed) */
+    CUtensorMap tmap; /* carries its own 128-byte alignment */
     const float *src, *wei, *bia;
     float *dst;
     int n, cin, h, w, cout, oh, ow, kh, kw;
@@ -82,6 +90,7 @@ struct cf_ig_params {
     int ngroup;             /* tile groups: phases (cluster 1) or row phases (cluster s_w) */
     int tile_start[CF_IG_MAX_PHASES + 1]; /* prefix sums of 256-pixel tiles per group */
     int num_tiles;
+    int tile_m;             /* pixels per tile: CF_IG_TILE_M (mma.sync) or CF_IG_WG_TILE_M (wgmma) */
     int nstage, softmax_stage, ntables;
     struct cf_ig_stage stage[CF_CHAIN_MAX_OPS + 1];
     int nops;
@@ -98,6 +107,9 @@ struct cf_ig_params {
     int pk_gap;             /* zero columns between rows (the column halo of the taps) */
     int pk_stage;           /* floats per stage buffer */
     int pk_stages;          /* ring depth, 1..3 */
+    int pk_drr, pk_dch;     /* a warpgroup's 128 copies span pk_drr rows and pk_dch chunks of W/4 */
+    int pk_rows;            /* patch rows (R) per stage buffer: the most any tile needs */
+    int pk_tma;             /* stages arrive by one TMA box load each (else 16-byte cp.async by all 128 threads) */
 };
 
 /* Floats of the per-thread A ring (the gathering main loops). */

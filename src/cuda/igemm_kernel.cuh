@@ -34,6 +34,7 @@ struct ig_smem {
     float *a; /* [CF_IG_A_STAGES][4*MT][threads] (= 8 x 256): each thread's own A fragments */
     float2 *tab;
     int *tap_dh, *tap_dw, *tap_widx;
+    uint64_t *pk_bar; /* TMA patch: mbarriers [warpgroup][ring slot] (static shared) */
     int *tap_poff; /* patch mode: the tap's offset in a patch buffer, (c_h - c_min) rows of 8 channels + c_w */
     float *run_mean, *run_m2; /* [warp][C_out padded]: the warp's running statistics over its tiles */
     int *run_cnt;             /* [warp] */
@@ -111,7 +112,7 @@ __device__ void ig_load_b(const cf_ig_params &p, const ig_smem &s, int ks0, int 
     }
 }
 
-/* threads per CTA: mma.sync 8 warps x two m16 tiles each, wgmma 4 warpgroups x one m16 tile per warp */
+/* A-ring stride in threads: mma.sync 8 warps x two m16 tiles each; wgmma up to 4 warpgroups x one m16 tile per warp */
 __host__ __device__ constexpr int ig_threads(int mt) { return mt == 2 ? CF_IG_THREADS : 2 * CF_IG_THREADS; }
 
 /* Per-thread pixel bookkeeping: 2*MT pixels = MT m16 tiles x rows (g, g+8). Kept small: it lives in
@@ -370,6 +371,34 @@ struct ig_ring_feed {
     }
 };
 
+/* mbarrier + TMA helpers (the patch stages by TMA). */
+__device__ __forceinline__ void ig_mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+/* Wait for phase `parity` of the mbarrier. One PTX loop: a C loop around try_wait is a divergent branch to ptxas,
+ * which then serialised the in-flight wgmma of the 3xTF32 variants (C7518, "WG.DP in divergent path"). */
+__device__ __forceinline__ void ig_mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\nCF_MBAR_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra CF_MBAR_WAIT;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* one 4-D box of the input into shared memory; completion (its byte count) is signalled on `bar` */
+__device__ __forceinline__ void ig_tma_load(const CUtensorMap *map, uint32_t dst, uint32_t bar, uint32_t bytes, int x,
+                                            int c, int y, int n)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+                 "%4, %5}], [%6];" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(c), "r"(y), "r"(n), "r"(bar)
+                 : "memory");
+}
+
 __device__ __forceinline__ void ig_wg_bar(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(wg + 1) : "memory"); }
 
 __device__ __forceinline__ float ig_lds(uint32_t addr)
@@ -387,25 +416,28 @@ __device__ __forceinline__ float ig_lds(uint32_t addr)
  * gap + ((slot*ss + c_h - c_min)*8 + ci)*ld + i + c_w: the per-pixel part is computed once per tile, the tap
  * part comes from a table, so a k8 step is 4 LDS. Each stage (8 channels, all taps) is copied by the whole
  * warpgroup with 16-byte cp.async (zero-filled outside the image), `nst` stages in flight. */
+template <bool TMA>
 struct ig_patch_feed {
+    /* Few members on purpose: the NT=16 variant runs at the 128-register cap, and every value kept here across
+     * the main loop spilled something else (measured: KB2-91 1.77 -> 2.0 ms with 7 more members). What is needed
+     * once per stage (buffer and barrier addresses, input rows) is derived again from kernel-level values. */
     const cf_ig_params &p;
-    const int *tap_poff;
-    uint32_t buf;           /* shared byte address of this warpgroup's ring */
-    uint32_t a0, a1;        /* byte offsets of pixels g and g+8, channel 2t, tap origin */
-    const float *src_img;
-    int wg, iy0, ss, nrows, ntaps, tap = 0, kb = 0, slot = 0;
+    const ig_smem &s;
+    uint32_t &phase;   /* TMA: bit sl = the parity ring slot sl waits for next; lives across tiles in the kernel */
+    const int2 &first; /* cp.async: this thread's first (patch row, 16-byte chunk), from ig_patch_first */
+    int img, c_min, rows, ntaps;
+    int j_first, nrows; /* first phase row of the warpgroup's pixels; patch rows (R*8 + ci) this tile needs */
+    uint32_t a0, a1;    /* byte offsets of pixels g and g+8, channel 2t, tap origin */
+    int tap = 0, kb = 0;
 
-    __device__ __forceinline__ ig_patch_feed(const cf_ig_params &p_, const ig_smem &s, int wg_, int img, int m_base,
-                                             int ph, int pw, int c_min, int rows, int ntaps_)
-        : p(p_), tap_poff(s.tap_poff), wg(wg_), ntaps(ntaps_)
+    __device__ __forceinline__ ig_patch_feed(const cf_ig_params &p_, const ig_smem &s_, int img_, int m_base, int ph,
+                                             int pw, int c_min_, int rows_, int ntaps_, const int2 &first_,
+                                             uint32_t &phase_)
+        : p(p_), s(s_), phase(phase_), first(first_), img(img_), c_min(c_min_), rows(rows_), ntaps(ntaps_)
     {
-        const int a_h = p.transposed ? 1 : p.stride_h, lim = ph * pw;
-        ss = min(a_h, rows);
-        const int j_first = m_base / pw, j_last = min(m_base + 63, lim - 1) / pw;
-        nrows = ((j_last - j_first) * ss + rows) * 8;
-        iy0 = a_h * j_first + c_min;
-        src_img = p.src + (int64_t)img * p.cin * p.h * p.w;
-        buf = (uint32_t)__cvta_generic_to_shared(s.a) + (uint32_t)(wg * p.pk_stages * p.pk_stage) * 4u;
+        const int lim = ph * pw, ss = min(p.transposed ? 1 : p.stride_h, rows);
+        j_first = m_base / pw;
+        nrows = ((min(m_base + 63, lim - 1) / pw - j_first) * ss + rows) * 8;
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
         const int r0 = ((threadIdx.x >> 5) & 3) * 16 + g;
         uint32_t off[2];
@@ -419,15 +451,34 @@ struct ig_patch_feed {
         a1 = off[1];
     }
 
+    __device__ __forceinline__ int wg() const { return threadIdx.x >> 7; }
+    __device__ __forceinline__ uint32_t buf() const
+    {
+        return (uint32_t)__cvta_generic_to_shared(s.a) + (uint32_t)(wg() * p.pk_stages * p.pk_stage) * 4u;
+    }
+    __device__ __forceinline__ uint32_t bar(int sl) const
+    {
+        return (uint32_t)__cvta_generic_to_shared(s.pk_bar) + 8u * (uint32_t)(wg() * 3 + sl);
+    }
+    __device__ __forceinline__ int slot() const { return p.pk_stages == 1 ? 0 : kb % p.pk_stages; }
+
     /* copy stage `k` (channels 8k..8k+7) into ring slot `sl` */
     __device__ __forceinline__ void issue(int k, int sl)
     {
         if (k >= p.kc)
             return;
-        const int a_h = p.transposed ? 1 : p.stride_h;
-        const int wt = threadIdx.x & 127, chunks = p.w >> 2, drr = 128 / chunks, dch = 128 - drr * chunks;
-        const uint32_t dst0 = buf + (uint32_t)(sl * p.pk_stage + p.pk_gap) * 4u;
-        int rr = wt / chunks, ch = wt - rr * chunks;
+        const int a_h = p.transposed ? 1 : p.stride_h, ss = min(a_h, rows);
+        const int iy0 = a_h * j_first + c_min; /* input row of patch row 0 */
+        if constexpr (TMA) { /* one box: pk_rows rows x 8 channels x pk_ld columns from x = -gap (zeros outside) */
+            if ((threadIdx.x & 127) == 0)
+                ig_tma_load(&p.tmap, buf() + (uint32_t)(sl * p.pk_stage) * 4u, bar(sl),
+                            (uint32_t)p.pk_rows * 8u * (uint32_t)p.pk_ld * 4u, -p.pk_gap, k * 8, iy0, img);
+            return;
+        }
+        const float *src_img = p.src + (int64_t)img * p.cin * p.h * p.w;
+        const int chunks = p.w >> 2, drr = p.pk_drr, dch = p.pk_dch; /* 128 threads = drr rows + dch chunks */
+        const uint32_t dst0 = buf() + (uint32_t)(sl * p.pk_stage + p.pk_gap) * 4u;
+        int rr = first.x, ch = first.y;
         while (rr < nrows) {
             const int R = rr >> 3, c = k * 8 + (rr & 7);
             const int iy = ss == a_h ? iy0 + R : iy0 + a_h * (R / ss) + R % ss;
@@ -446,35 +497,48 @@ struct ig_patch_feed {
 
     __device__ __forceinline__ void prime()
     {
-        ig_wg_bar(wg); /* every warp of the group is done reading the previous tile's patch */
+        ig_wg_bar(wg()); /* every warp of the group is done reading the previous tile's patch */
         for (int i = 0; i + 1 < p.pk_stages; ++i) {
             issue(i, i);
             ig_commit();
         }
     }
 
+    /* stage in slot sl has landed (TMA: its mbarrier phase completed; visible to every waiting thread) */
+    __device__ __forceinline__ void wait_tma(int sl)
+    {
+        ig_mbar_wait(bar(sl), (phase >> sl) & 1u);
+        phase ^= 1u << sl;
+    }
+
     __device__ __forceinline__ void fetch(float (&av)[4])
     {
-        const int nst = p.pk_stages;
+        const int nst = p.pk_stages, slot = this->slot();
         if (tap == 0) { /* a new stage: it has landed for everyone, and the slot read last is free */
             if (nst == 1) {
-                ig_wg_bar(wg);
+                ig_wg_bar(wg());
                 issue(kb, 0);
-                ig_commit();
-                ig_wait<0>();
-            } else if (nst == 2) {
-                ig_wait<0>();
+                if constexpr (TMA) {
+                    wait_tma(0);
+                } else {
+                    ig_commit();
+                    ig_wait<0>();
+                    ig_wg_bar(wg());
+                }
             } else {
-                ig_wait<1>();
-            }
-            ig_wg_bar(wg);
-            if (nst > 1) {
+                if constexpr (TMA)
+                    wait_tma(slot);
+                else if (nst == 2)
+                    ig_wait<0>();
+                else
+                    ig_wait<1>();
+                ig_wg_bar(wg());
                 const int sl = slot + nst - 1;
                 issue(kb + nst - 1, sl >= nst ? sl - nst : sl);
                 ig_commit();
             }
         }
-        const uint32_t b = buf + (uint32_t)(slot * p.pk_stage + tap_poff[tap]) * 4u, ld4 = (uint32_t)p.pk_ld * 4u;
+        const uint32_t b = buf() + (uint32_t)(slot * p.pk_stage + s.tap_poff[tap]) * 4u, ld4 = (uint32_t)p.pk_ld * 4u;
         av[0] = ig_lds(b + a0);
         av[1] = ig_lds(b + a1);
         av[2] = ig_lds(b + a0 + ld4);
@@ -482,10 +546,17 @@ struct ig_patch_feed {
         if (++tap == ntaps) {
             tap = 0;
             ++kb;
-            slot = slot + 1 == nst ? 0 : slot + 1;
         }
     }
 };
+
+/* This thread's first copy of a patch stage: (row, 16-byte chunk) of its index in the warpgroup (once per kernel:
+ * the divisions cost ~30 instructions). */
+__device__ __forceinline__ int2 ig_patch_first(const cf_ig_params &p)
+{
+    const int wt = threadIdx.x & 127, chunks = max(p.w >> 2, 1);
+    return make_int2(wt / chunks, wt % chunks);
+}
 
 /* acc = conv of this thread's 2 pixels x chunk's channels on wgmma (B resident); k8 steps in the feed's order. */
 template <int NT, int PASSES, typename Feed>
@@ -549,7 +620,7 @@ __device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_s
             float av[4];
             feed.fetch(av);
             ig_wg_step3<NT>(av, dbase + (uint64_t)(ks * dstep), dsmall + (uint64_t)(ks * dstep), a0, s0, acc);
-            if (ks + 1 < nks) {
+            if (ks + 1 < nks) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520 in -Xptxas -v) */
                 feed.fetch(av);
                 ig_wg_step3<NT>(av, dbase + (uint64_t)((ks + 1) * dstep), dsmall + (uint64_t)((ks + 1) * dstep), a1,
                                 s1, acc);
@@ -644,9 +715,9 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
 /* Max and sum of exp over this chunk's channels for each of the thread's 4 pixel rows (quad-reduced).
  * fmaxf drops NaN from the max, but a NaN logit still makes its exp, the sum and so every output of the
  * pixel NaN, and +inf gives inf - inf = NaN: both as torch.softmax. With `keep`, acc becomes exp(x - max). */
-template <int NT, int MT>
+template <int NT, int MT, bool KEEP>
 __device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, int chunk, float (&acc)[MT][NT][4],
-                                                       float (&m)[2 * MT], float (&l)[2 * MT], bool keep)
+                                                       float (&m)[2 * MT], float (&l)[2 * MT])
 {
     const int t = threadIdx.x & 3;
     /* padded channels (C_out not a multiple of 8*NT) take -inf: no weight in the max or the sum */
@@ -678,7 +749,7 @@ __device__ __forceinline__ void ig_chunk_softmax_stats(const cf_ig_params &p, in
             for (int j = 0; j < 2; ++j) {
                 const float e = cf_ex2(fmaf(acc[mt][nt][half * 2 + j], CF_LOG2E, off));
                 sum += e;
-                if (keep)
+                if (KEEP)
                     acc[mt][nt][half * 2 + j] = e;
             }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
@@ -828,22 +899,32 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
     __syncwarp();
 }
 
-template <int NT, int PASSES, int MINB, bool WG, bool PATCH>
-__global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
+template <int NT, int PASSES, int MINB, bool WG, int PATCH>
+__global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
     cf_ig_kernel(const __grid_constant__ cf_ig_params p)
 {
-    static_assert(WG || !PATCH, "the input patch feeds the wgmma main loop only");
-    /* mma.sync: 8 warps x 32 pixels (two m16 tiles each); wgmma: 4 warpgroups x 64 pixels (16 per warp) */
+    /* PATCH: 0 per-thread gather, 1 input patch by cp.async, 2 input patch by TMA */
+    static_assert(WG || PATCH == 0, "the input patch feeds the wgmma main loop only");
+    /* mma.sync: 8 warps x 32 pixels (two m16 tiles each); wgmma: CF_IG_WGS warpgroups x 64 pixels (16 per warp) */
     constexpr int MT = WG ? 1 : 2;
     extern __shared__ float4 smem_raw[];
     __shared__ int sh_ntaps, sh_nt[2], sh_k[2][CF_IG_MAX_TAPS], sh_c[2][CF_IG_MAX_TAPS], sh_cmin, sh_rows;
-    const ig_smem s = ig_carve<NT>(p, reinterpret_cast<float *>(smem_raw));
+    __shared__ alignas(8) uint64_t sh_pk_bar[PATCH == 2 ? 4 * 3 : 1]; /* TMA patch: [warpgroup][ring slot] */
+    ig_smem s = ig_carve<NT>(p, reinterpret_cast<float *>(smem_raw));
+    s.pk_bar = sh_pk_bar;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
 
     ig_build_tables(p, s);
-    if (PATCH) /* the column halos between patch rows stay zero; copies only write the rows */
+    if (PATCH != 0) { /* the column halos between patch rows stay zero; copies only write the rows */
         for (int i = threadIdx.x; i < p.a_floats; i += blockDim.x)
             s.a[i] = 0.f;
+        if (threadIdx.x == 0 && PATCH == 2) {
+            for (int b = 0; b < 4 * 3; ++b)
+                ig_mbar_init((uint32_t)__cvta_generic_to_shared(&sh_pk_bar[b]), 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        fence_proxy_async(); /* the zeroed halos -> the TMA (async proxy) writes next to them */
+    }
     if (p.stats_mode) {
         for (int c = threadIdx.x; c < CF_IG_MAX_WARPS * p.nt_total * 8; c += blockDim.x) {
             s.run_mean[c] = 0.f;
@@ -863,6 +944,8 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
     const int t_end = (int)((int64_t)(cid + 1) * p.num_tiles / ncl);
     int grp = -1, q = -1, ntaps = 0, ph = 0, pw = 0, qh = 0, qw = 0, pk_cmin = 0, pk_rows = 0;
     const int a_h = p.transposed ? 1 : p.stride_h, a_w = p.transposed ? 1 : p.stride_w;
+    const int2 pk_first = PATCH != 0 ? ig_patch_first(p) : make_int2(0, 0);
+    uint32_t pk_phase = 0;
 
     for (int tile = t_begin; tile < t_end; ++tile) {
         /* Pacing only (no data crosses it, so relaxed: no membar): the pair's CTAs stay within `pace` tiles of
@@ -917,39 +1000,45 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
             }
         }
 
-        /* this thread's 4 pixels */
-        ig_pixels<MT> px;
         /* N*PH*PW < 2^31 per phase (checked on the host): 32-bit pixel arithmetic. Pixels run over the phase
          * grid of all images; in patch mode each image starts a new tile, and m counts within image t_img. */
         const int tl = tile - p.tile_start[grp];
-        constexpr bool patch = PATCH; /* the host launches this variant iff p.patch */
-        const int tpi = (ph * pw + CF_IG_TILE_M - 1) / CF_IG_TILE_M;
+        constexpr bool patch = PATCH != 0; /* the host launches these variants iff p.patch */
+        constexpr int TM = WG ? CF_IG_WG_TILE_M : CF_IG_TILE_M;
+        const int tpi = (ph * pw + TM - 1) / TM;
         const int t_img = patch ? tl / tpi : 0;
-        const int m_tile = patch ? (tl - t_img * tpi) * CF_IG_TILE_M : tl * CF_IG_TILE_M;
+        const int m_tile = patch ? (tl - t_img * tpi) * TM : tl * TM;
         const int m0 = m_tile + warp * 16 * MT;
         const int mq = patch ? ph * pw : p.n * ph * pw;
+        /* this thread's pixels. The patch main loop needs none of it: built after the main loop in the TF32 patch
+         * variants, whose spills that cut at 4 warpgroups (ptxas: NT=16 76 -> 44 bytes; the 3xTF32 ones 0 -> 40). */
+        constexpr bool late_px = patch && PASSES == 1;
+        ig_pixels<MT> px;
+        auto make_px = [&]() {
 #pragma unroll
-        for (int r = 0; r < 2 * MT; ++r) {
-            const int m = m0 + (r >> 1) * 16 + (r & 1) * 8 + g;
-            const int mm = m < mq ? m : 0;
-            const int img = patch ? t_img : mm / (ph * pw);
-            const int rem = mm - (patch ? 0 : img * ph * pw);
-            const int j = rem / pw, i = rem - j * pw;
-            px.img[r] = (m < mq && qw + p.sw * i < p.ow) ? img : -1;
-            px.ihb[r] = a_h * j;
-            px.iwb[r] = a_w * i;
-            px.src_img[r] = p.src + (int64_t)img * p.cin * p.h * p.w;
-        }
+            for (int r = 0; r < 2 * MT; ++r) {
+                const int m = m0 + (r >> 1) * 16 + (r & 1) * 8 + g;
+                const int mm = m < mq ? m : 0;
+                const int img = patch ? t_img : mm / (ph * pw);
+                const int rem = mm - (patch ? 0 : img * ph * pw);
+                const int j = rem / pw, i = rem - j * pw;
+                px.img[r] = (m < mq && qw + p.sw * i < p.ow) ? img : -1;
+                px.ihb[r] = a_h * j;
+                px.iwb[r] = a_w * i;
+                px.src_img[r] = p.src + (int64_t)img * p.cin * p.h * p.w;
+            }
 
-        {   /* the pixel this lane stores: warp pixel lane % (16*MT) */
-            const int m = m0 + (lane % (16 * MT));
-            const int mm = m < mq ? m : 0;
-            const int img = patch ? t_img : mm / (ph * pw), rem = mm - (patch ? 0 : img * ph * pw);
-            const int j = rem / pw, i = rem - j * pw;
-            px.st_ok = m < mq && qw + p.sw * i < p.ow;
-            px.st_ptr = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (qw + p.sw * i));
-        }
-
+            {   /* the pixel this lane stores: warp pixel lane % (16*MT) */
+                const int m = m0 + (lane % (16 * MT));
+                const int mm = m < mq ? m : 0;
+                const int img = patch ? t_img : mm / (ph * pw), rem = mm - (patch ? 0 : img * ph * pw);
+                const int j = rem / pw, i = rem - j * pw;
+                px.st_ok = m < mq && qw + p.sw * i < p.ow;
+                px.st_ptr = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (qw + p.sw * i));
+            }
+        };
+        if constexpr (!late_px)
+            make_px();
         /* One code path for both softmax cases (a second inlined copy of the main loop and epilogue
          * doubled the code). With all of C_out in one chunk the softmax uses the chunk's own max/sum;
          * otherwise visit 0 accumulates an online max/sum over the chunks and visit 1 recomputes and writes. */
@@ -965,10 +1054,12 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
         for (int visit = two_visits ? 0 : 1; visit < 2; ++visit) {
             for (int chunk = 0; chunk < p.nchunk; ++chunk) {
                 if constexpr (WG) {
-                    if constexpr (PATCH) {
-                        ig_patch_feed feed(p, s, warp >> 2, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows,
-                                           ntaps);
+                    if constexpr (patch) {
+                        ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows, ntaps,
+                                           pk_first, pk_phase);
                         ig_mainloop_wg<NT, PASSES>(p, s, feed, ntaps * p.kc, chunk, acc);
+                        if constexpr (late_px)
+                            make_px();
                     } else {
                         ig_ring_feed feed(p, s, px, ntaps * p.kc);
                         ig_mainloop_wg<NT, PASSES>(p, s, feed, ntaps * p.kc, chunk, acc);
@@ -978,8 +1069,10 @@ __global__ void __launch_bounds__(WG ? 2 * CF_IG_THREADS : CF_IG_THREADS, MINB)
                 ig_apply_stages<NT, MT>(p, s, 0, pre_end, chunk, acc);
                 if (p.softmax_stage >= 0) {
                     float cm[2 * MT], cl[2 * MT];
-                    if (visit == 0 || !two_visits)
-                        ig_chunk_softmax_stats<NT, MT>(p, chunk, acc, cm, cl, !two_visits);
+                    if (!two_visits) /* KEEP a compile-time flag: a runtime one cost an FSEL per value */
+                        ig_chunk_softmax_stats<NT, MT, true>(p, chunk, acc, cm, cl);
+                    else if (visit == 0)
+                        ig_chunk_softmax_stats<NT, MT, false>(p, chunk, acc, cm, cl);
                     if (visit == 0) {
 #pragma unroll
                         for (int r = 0; r < 2 * MT; ++r) {
