@@ -225,11 +225,18 @@ static int smem_optin_bytes(void)
     int dev = 0, v = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
         return 48 * 1024;
-    /* queried once: cudaFuncGetAttributes per execute cost ~1 ms of host time (KB2-73 eval went 0.56 -> 1.55 ms) */
+    /* queried once: cudaFuncGetAttributes per execute cost ~1 ms of host time (KB2-73 eval went 0.56 -> 1.55 ms).
+     * The largest over the variants: the TMA ones carry their mbarriers (fuzz: launch failures near the limit when
+     * only the first variant's size was subtracted). */
     static const int static_bytes = [] {
-        cudaFuncAttributes fa;
-        return cudaFuncGetAttributes(&fa, (const void *)ig_variants[0].fn) == cudaSuccess ? (int)fa.sharedSizeBytes
-                                                                                          : -1;
+        int most = 0;
+        for (size_t i = 0; i < sizeof ig_variants / sizeof ig_variants[0]; ++i) {
+            cudaFuncAttributes fa;
+            if (cudaFuncGetAttributes(&fa, (const void *)ig_variants[i].fn) != cudaSuccess)
+                return -1;
+            most = (int)fa.sharedSizeBytes > most ? (int)fa.sharedSizeBytes : most;
+        }
+        return most;
     }();
     if (static_bytes < 0)
         return 48 * 1024;

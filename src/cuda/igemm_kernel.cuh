@@ -436,8 +436,11 @@ struct ig_patch_feed {
         : p(p_), s(s_), phase(phase_), first(first_), img(img_), c_min(c_min_), rows(rows_), ntaps(ntaps_)
     {
         const int lim = ph * pw, ss = min(p.transposed ? 1 : p.stride_h, rows);
-        j_first = m_base / pw;
-        nrows = ((min(m_base + 63, lim - 1) / pw - j_first) * ss + rows) * 8;
+        /* a warpgroup wholly past the end of the image (last tile) works on copies of the last pixel: its first row
+         * must be that pixel's, or the A offsets go negative (racecheck: reads below the warpgroup's buffer) */
+        const int mb = min(m_base, lim - 1);
+        j_first = mb / pw;
+        nrows = ((min(mb + 63, lim - 1) / pw - j_first) * ss + rows) * 8;
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
         const int r0 = ((threadIdx.x >> 5) & 3) * 16 + g;
         uint32_t off[2];
