@@ -374,8 +374,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     }
     p->stats_mode = 0;
     /* Tiles, group by group; in patch mode every image starts a new tile. */
-    const int tm = p->wg ? CF_IG_WG_TILE_M : CF_IG_TILE_M;
-    p->tile_m = tm;
+    const int tm = p->wg ? CF_IG_WG_TILE_M : CF_IG_TILE_M; /* as the kernel's TM */
     int64_t tiles = 0;
     for (int g = 0; g < p->ngroup; ++g) {
         const int qh = p->cluster > 1 ? g : g / p->sw, qw = p->cluster > 1 ? 0 : g % p->sw;

@@ -90,7 +90,6 @@ struct cf_ig_params {
     int ngroup;             /* tile groups: phases (cluster 1) or row phases (cluster s_w) */
     int tile_start[CF_IG_MAX_PHASES + 1]; /* prefix sums of 256-pixel tiles per group */
     int num_tiles;
-    int tile_m;             /* pixels per tile: CF_IG_TILE_M (mma.sync) or CF_IG_WG_TILE_M (wgmma) */
     int nstage, softmax_stage, ntables;
     struct cf_ig_stage stage[CF_CHAIN_MAX_OPS + 1];
     int nops;

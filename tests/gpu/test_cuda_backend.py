@@ -13,17 +13,9 @@ import torch
 import torch.nn as nn
 
 import convfuse
-from cf_testlib import Case, conv_kwargs, convfuse_chain, eager, errors, materialize, random_case, snapshot_bn
+from cf_testlib import Case, conv_kwargs, convfuse_chain, eager, errors, materialize, random_case, require_cuda_backend, snapshot_bn
 
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
-try:
-    _info = convfuse.info()
-except Exception as e:  # noqa: BLE001 - any load failure is a reason to skip, shown to the user
-    pytest.skip(f"convfuse library not loadable: {e}", allow_module_level=True)
-if not _info.get("cuda_available"):
-    pytest.skip(f"convfuse built without CUDA or no sm_90 device ({_info.get('library_version_string')})",
-                allow_module_level=True)
+require_cuda_backend()
 
 DEV = torch.device("cuda")
 SEED = 9120261

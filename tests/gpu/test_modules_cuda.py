@@ -14,16 +14,9 @@ import torch
 
 import convfuse
 from convfuse import _ops
+from cf_testlib import require_cuda_backend
 
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
-try:
-    _info = convfuse.info()
-except Exception as e:  # noqa: BLE001 - any load failure is a reason to skip, shown to the user
-    pytest.skip(f"convfuse library not loadable: {e}", allow_module_level=True)
-if not _info.get("cuda_available"):
-    pytest.skip(f"convfuse built without CUDA or no sm_90 device ({_info.get('library_version_string')})",
-                allow_module_level=True)
+require_cuda_backend()
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "python"))

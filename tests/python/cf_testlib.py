@@ -309,3 +309,23 @@ def check_output(out, ref64, ref32, line, rounded=True, fp32=True, rel_raw=REL_R
             print(f"vs torch fp32 failed\n  reproduce: {line}")
             raise AssertionError(f"{e}\n  reproduce: {line}") from None
     return max_abs, rel
+
+
+def require_cuda_backend():
+    """Skip the calling test module (visibly, with the reason) without a CUDA device or without the CUDA backend in
+    the library. Call at module level, before anything touches the device."""
+    import pytest
+    import torch
+
+    import convfuse
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device", allow_module_level=True)
+    try:
+        info = convfuse.info()
+    except Exception as e:  # noqa: BLE001 - any load failure is a reason to skip, shown to the user
+        pytest.skip(f"convfuse library not loadable: {e}", allow_module_level=True)
+    if not info.get("cuda_available"):
+        pytest.skip(f"convfuse built without CUDA or no sm_90 device ({info.get('library_version_string')})",
+                    allow_module_level=True)
+    return info
