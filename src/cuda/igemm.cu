@@ -147,8 +147,13 @@ static bool ig_patch_geometry(cf_ig_params *p)
     /* stage buffers 128-byte aligned (TMA destinations); the gap after the last row stays zero */
     p->pk_stage = (int)(((int64_t)gap + (int64_t)nr_max * 8 * p->pk_ld + 31) / 32 * 32);
     p->pk_rows = nr_max;
-    /* TMA boxes need contiguous rows (a_h = 1) and at most 256 elements per box dimension */
-    p->pk_tma = a_h == 1 && p->pk_ld <= 256 && nr_max <= 256 && env_int("CONVFUSE_IG_TMA", 1, 0, 1);
+    /* TMA boxes need contiguous rows (a_h = 1) and at most 256 elements per box dimension. By default TMA only
+     * where a tile's patch is one stage (C_in <= 8): the next tile's stage is then prefetched during the epilogue
+     * (KB2-73 eval 0.455 -> 0.36 ms). With several stages per tile each stage's wait is exposed, and there the
+     * cp.async copies measured faster (KB2-91: 1.84 against 1.97 ms, H100). CONVFUSE_IG_TMA=0|1 forces it. */
+    const int tma_env = env_int("CONVFUSE_IG_TMA", -1, -1, 1);
+    p->pk_tma = a_h == 1 && p->pk_ld <= 256 && nr_max <= 256 && (tma_env < 0 ? p->kc == 1 : tma_env == 1);
+    p->pk_prefetch = env_int("CONVFUSE_IG_PREFETCH", 1, 0, 1);
     return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * 8 * p->pk_ld < (1 << 20);
 }
 

@@ -109,6 +109,7 @@ struct cf_ig_params {
     int pk_drr, pk_dch;     /* a warpgroup's 128 copies span pk_drr rows and pk_dch chunks of W/4 */
     int pk_rows;            /* patch rows (R) per stage buffer: the most any tile needs */
     int pk_tma;             /* stages arrive by one TMA box load each (else 16-byte cp.async by all 128 threads) */
+    int pk_prefetch;        /* TMA, one slot: the next tile's first stage is issued before this tile's epilogue */
 };
 
 /* Floats of the per-thread A ring (the gathering main loops). */

@@ -314,6 +314,20 @@ __device__ __forceinline__ void ig_wgmma(float (&acc)[1][NT][4], const uint32_t 
         wgmma_m64n32k8_tf32<1>(d, a, desc);
 }
 
+/* Two TF32 k8 steps as one wgmma group (every input final before the fence, or ptxas serialises, C7513). */
+template <int NT>
+__device__ __forceinline__ void ig_wg_pair(float (&acc)[1][NT][4], uint32_t (&a0)[4], uint32_t (&a1)[4], uint64_t d0,
+                                           uint64_t d1)
+{
+    asm volatile("" : "+l"(d0), "+l"(d1));
+    wgmma_pin(a0);
+    wgmma_pin(a1);
+    wgmma_fence();
+    ig_wgmma<NT>(acc, a0, d0);
+    ig_wgmma<NT>(acc, a1, d1);
+    wgmma_commit();
+}
+
 /* One 3xTF32 k8 step on the tensor core: A (this thread's 4 fragment values) from registers, B (big and small
  * parts) by descriptor. A splits exactly into big = x with the low 13 bits cleared and small = x - big; small is
  * rounded to TF32 by adding half a TF32 ulp to its bits (the tensor core ignores the low 13 bits): 3 integer/FP
@@ -407,6 +421,12 @@ __device__ __forceinline__ float ig_lds(uint32_t addr)
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
     return v;
 }
+__device__ __forceinline__ uint32_t ig_ldsu(uint32_t addr)
+{
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr));
+    return v;
+}
 
 /* ig_patch_feed: the warpgroup's input patch. Its 64 pixels (consecutive in one image of the phase grid) span
  * `slots` phase rows j_first.. ; slot s reads input rows a_h*(j_first + s) + c_min + tr, tr < rows (the phase's
@@ -414,8 +434,9 @@ __device__ __forceinline__ float ig_lds(uint32_t addr)
  * slots share rows when the taps overlap), for 8 channels: buffer row R*8 + ci at gap + (R*8 + ci)*ld, the
  * zero gap between rows being the column halo. A pixel's value for tap (c_h, c_w) and channel ci is at
  * gap + ((slot*ss + c_h - c_min)*8 + ci)*ld + i + c_w: the per-pixel part is computed once per tile, the tap
- * part comes from a table, so a k8 step is 4 LDS. Each stage (8 channels, all taps) is copied by the whole
- * warpgroup with 16-byte cp.async (zero-filled outside the image), `nst` stages in flight. */
+ * part comes from a table (bytes), so a tap of a k8 step is 4 LDS. Each stage (8 channels, all taps) is one TMA
+ * box, or 16-byte cp.async by the whole warpgroup (zero-filled outside the image); `pk_stages` in flight.
+ * The main loop (ig_mainloop_patch) asks for a stage once, then walks its taps: no per-step ring arithmetic. */
 template <bool TMA>
 struct ig_patch_feed {
     /* Few members on purpose: the NT=16 variant runs at the 128-register cap, and every value kept here across
@@ -428,12 +449,12 @@ struct ig_patch_feed {
     int img, c_min, rows, ntaps;
     int j_first, nrows; /* first phase row of the warpgroup's pixels; patch rows (R*8 + ci) this tile needs */
     uint32_t a0, a1;    /* byte offsets of pixels g and g+8, channel 2t, tap origin */
-    int tap = 0, kb = 0;
+    bool pre;           /* TMA, one slot: stage 0 was issued by the previous tile (prefetch) */
 
     __device__ __forceinline__ ig_patch_feed(const cf_ig_params &p_, const ig_smem &s_, int img_, int m_base, int ph,
                                              int pw, int c_min_, int rows_, int ntaps_, const int2 &first_,
-                                             uint32_t &phase_)
-        : p(p_), s(s_), phase(phase_), first(first_), img(img_), c_min(c_min_), rows(rows_), ntaps(ntaps_)
+                                             uint32_t &phase_, bool pre_)
+        : p(p_), s(s_), phase(phase_), first(first_), img(img_), c_min(c_min_), rows(rows_), ntaps(ntaps_), pre(pre_)
     {
         const int lim = ph * pw, ss = min(p.transposed ? 1 : p.stride_h, rows);
         /* a warpgroup wholly past the end of the image (last tile) works on copies of the last pixel: its first row
@@ -454,7 +475,7 @@ struct ig_patch_feed {
         a1 = off[1];
     }
 
-    __device__ __forceinline__ int wg() const { return threadIdx.x >> 7; }
+    __device__ __forceinline__ static int wg() { return threadIdx.x >> 7; }
     __device__ __forceinline__ uint32_t buf() const
     {
         return (uint32_t)__cvta_generic_to_shared(s.a) + (uint32_t)(wg() * p.pk_stages * p.pk_stage) * 4u;
@@ -463,7 +484,14 @@ struct ig_patch_feed {
     {
         return (uint32_t)__cvta_generic_to_shared(s.pk_bar) + 8u * (uint32_t)(wg() * 3 + sl);
     }
-    __device__ __forceinline__ int slot() const { return p.pk_stages == 1 ? 0 : kb % p.pk_stages; }
+
+    /* TMA: stage k of the patch whose first input row is iy0, image im, into slot sl (one thread) */
+    __device__ __forceinline__ void issue_tma(int k, int sl, int iy0, int im) const
+    {
+        if ((threadIdx.x & 127) == 0) /* one box: pk_rows rows x 8 channels x pk_ld columns from x = -gap */
+            ig_tma_load(&p.tmap, buf() + (uint32_t)(sl * p.pk_stage) * 4u, bar(sl),
+                        (uint32_t)p.pk_rows * 8u * (uint32_t)p.pk_ld * 4u, -p.pk_gap, k * 8, iy0, im);
+    }
 
     /* copy stage `k` (channels 8k..8k+7) into ring slot `sl` */
     __device__ __forceinline__ void issue(int k, int sl)
@@ -472,10 +500,8 @@ struct ig_patch_feed {
             return;
         const int a_h = p.transposed ? 1 : p.stride_h, ss = min(a_h, rows);
         const int iy0 = a_h * j_first + c_min; /* input row of patch row 0 */
-        if constexpr (TMA) { /* one box: pk_rows rows x 8 channels x pk_ld columns from x = -gap (zeros outside) */
-            if ((threadIdx.x & 127) == 0)
-                ig_tma_load(&p.tmap, buf() + (uint32_t)(sl * p.pk_stage) * 4u, bar(sl),
-                            (uint32_t)p.pk_rows * 8u * (uint32_t)p.pk_ld * 4u, -p.pk_gap, k * 8, iy0, img);
+        if constexpr (TMA) {
+            issue_tma(k, sl, iy0, img);
             return;
         }
         const float *src_img = p.src + (int64_t)img * p.cin * p.h * p.w;
@@ -498,15 +524,6 @@ struct ig_patch_feed {
         }
     }
 
-    __device__ __forceinline__ void prime()
-    {
-        ig_wg_bar(wg()); /* every warp of the group is done reading the previous tile's patch */
-        for (int i = 0; i + 1 < p.pk_stages; ++i) {
-            issue(i, i);
-            ig_commit();
-        }
-    }
-
     /* stage in slot sl has landed (TMA: its mbarrier phase completed; visible to every waiting thread) */
     __device__ __forceinline__ void wait_tma(int sl)
     {
@@ -514,42 +531,78 @@ struct ig_patch_feed {
         phase ^= 1u << sl;
     }
 
-    __device__ __forceinline__ void fetch(float (&av)[4])
+    /* The first pk_stages - 1 stages in flight (ring depth > 1). */
+    __device__ __forceinline__ void prime()
     {
-        const int nst = p.pk_stages, slot = this->slot();
-        if (tap == 0) { /* a new stage: it has landed for everyone, and the slot read last is free */
-            if (nst == 1) {
-                ig_wg_bar(wg());
-                issue(kb, 0);
-                if constexpr (TMA) {
-                    wait_tma(0);
-                } else {
-                    ig_commit();
-                    ig_wait<0>();
-                    ig_wg_bar(wg());
-                }
-            } else {
-                if constexpr (TMA)
-                    wait_tma(slot);
-                else if (nst == 2)
-                    ig_wait<0>();
-                else
-                    ig_wait<1>();
-                ig_wg_bar(wg());
-                const int sl = slot + nst - 1;
-                issue(kb + nst - 1, sl >= nst ? sl - nst : sl);
-                ig_commit();
-            }
+        if (p.pk_stages == 1)
+            return;
+        ig_wg_bar(wg()); /* every warp of the group is done reading the previous tile's patch */
+        for (int i = 0; i + 1 < p.pk_stages; ++i) {
+            issue(i, i);
+            ig_commit();
         }
-        const uint32_t b = buf() + (uint32_t)(slot * p.pk_stage + s.tap_poff[tap]) * 4u, ld4 = (uint32_t)p.pk_ld * 4u;
+    }
+
+    /* Stage kb has landed and is visible to the whole warpgroup; the slot read before it is being refilled.
+     * Returns the shared address of its buffer. Once per stage, so the ring arithmetic stays out of the taps. */
+    __device__ __forceinline__ uint32_t stage(int kb)
+    {
+        const int nst = p.pk_stages;
+        if (nst == 1) {
+            if (!(pre && kb == 0)) {
+                ig_wg_bar(wg()); /* every warp is done reading the previous stage */
+                issue(kb, 0);
+            }
+            if constexpr (TMA) {
+                wait_tma(0);
+            } else {
+                ig_commit();
+                ig_wait<0>();
+                ig_wg_bar(wg());
+            }
+            return buf();
+        }
+        const int slot = kb % nst;
+        if constexpr (TMA)
+            wait_tma(slot);
+        else if (nst == 2)
+            ig_wait<0>();
+        else
+            ig_wait<1>();
+        ig_wg_bar(wg());
+        const int sl = slot + nst - 1;
+        issue(kb + nst - 1, sl >= nst ? sl - nst : sl);
+        ig_commit();
+        return buf() + (uint32_t)(slot * p.pk_stage) * 4u;
+    }
+
+    /* this thread's four fragment values of tap `tap` in the stage at `base` */
+    __device__ __forceinline__ void load(float (&av)[4], uint32_t base, int tap) const
+    {
+        const uint32_t b = base + (uint32_t)s.tap_poff[tap], ld4 = (uint32_t)p.pk_ld * 4u;
         av[0] = ig_lds(b + a0);
         av[1] = ig_lds(b + a1);
         av[2] = ig_lds(b + a0 + ld4);
         av[3] = ig_lds(b + a1 + ld4);
-        if (++tap == ntaps) {
-            tap = 0;
-            ++kb;
-        }
+    }
+    /* the same as raw bits: TF32 operands by truncation */
+    __device__ __forceinline__ void load(uint32_t (&av)[4], uint32_t base, int tap) const
+    {
+        const uint32_t b = base + (uint32_t)s.tap_poff[tap], ld4 = (uint32_t)p.pk_ld * 4u;
+        av[0] = ig_ldsu(b + a0);
+        av[1] = ig_ldsu(b + a1);
+        av[2] = ig_ldsu(b + a0 + ld4);
+        av[3] = ig_ldsu(b + a1 + ld4);
+    }
+
+    /* TMA, one slot: the main loop is done reading; start stage 0 of the warpgroup's next patch (first pixel
+     * m_base of image im, same phase) so that it lands while this tile's epilogue runs. */
+    __device__ __forceinline__ void prefetch(int im, int m_base, int ph, int pw)
+    {
+        const int a_h = p.transposed ? 1 : p.stride_h;
+        const int j0 = min(m_base, ph * pw - 1) / pw;
+        ig_wg_bar(wg());
+        issue_tma(0, 0, a_h * j0 + c_min, im);
     }
 };
 
@@ -559,6 +612,101 @@ __device__ __forceinline__ int2 ig_patch_first(const cf_ig_params &p)
 {
     const int wt = threadIdx.x & 127, chunks = max(p.w >> 2, 1);
     return make_int2(wt / chunks, wt % chunks);
+}
+
+/* acc = conv of this warpgroup's 64 pixels x chunk's channels, A from the input patch, B resident. Stage-major,
+ * tap-minor k8 steps (ig_load_b_wg's order). The ring and stage work is done once per stage; a tap costs its
+ * 4 LDS, their addresses and its wgmma (the generic fetch had spent ~150 instructions per pair of steps on slot
+ * modulo, barrier tests and address rebuilds). */
+template <int NT, int PASSES, bool TMA>
+__device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const ig_smem &s, ig_patch_feed<TMA> &feed,
+                                                  int chunk, float (&acc)[1][NT][4])
+{
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            acc[0][nt][e] = 0.f;
+    const int ntaps = feed.ntaps;
+    if (ntaps == 0)
+        return;
+    feed.prime();
+    /* B descriptors: the chunk's first k8 block, then + one block per step (address field in 16-byte units; B lies
+     * in the first 256 KB of shared memory, so the 14-bit field never carries) */
+    uint64_t d = wgmma_desc(s.b + chunk * NT * 64, 128, 256);
+    const uint64_t dstep = (uint64_t)((uint32_t)p.nchunk * NT * 16);
+    if constexpr (PASSES == 1) {
+        /* Taps in pairs, one wgmma group each, A in two register sets used in turn: the next pair is read into
+         * the free set while the group runs, and the group is waited for before its set is refilled. Overwriting
+         * A registers of a group still in flight (wait_group 1) made ptxas serialise every wgmma (C7513); one set
+         * copied into the operands cost 8 moves per pair. TF32 operands by truncation: the tensor core reads the
+         * top 19 bits of the fp32 values as they are (cvt.rna.tf32 compiled to 4 instructions per value; error
+         * still ~1e-6 at the KB2-91 shape). */
+        const int np = ntaps >> 1;
+        for (int kb = 0; kb < p.kc; ++kb) {
+            const uint32_t base = feed.stage(kb);
+            uint32_t x0[4], x1[4], y0[4], y1[4];
+            if (np > 0) {
+                feed.load(x0, base, 0);
+                feed.load(x1, base, 1);
+            }
+            for (int i = 0; i < np; i += 2) {
+                const bool more = i + 1 < np;
+                ig_wg_pair<NT>(acc, x0, x1, d, d + dstep);
+                if (more) {
+                    feed.load(y0, base, 2 * i + 2);
+                    feed.load(y1, base, 2 * i + 3);
+                }
+                wgmma_wait<0>();
+                wgmma_pin(x0);
+                wgmma_pin(x1);
+                if (more) {
+                    ig_wg_pair<NT>(acc, y0, y1, d + 2 * dstep, d + 3 * dstep);
+                    if (i + 2 < np) {
+                        feed.load(x0, base, 2 * i + 4);
+                        feed.load(x1, base, 2 * i + 5);
+                    }
+                    wgmma_wait<0>();
+                    wgmma_pin(y0);
+                    wgmma_pin(y1);
+                }
+                d += more ? 4 * dstep : 2 * dstep;
+            }
+            if (ntaps & 1) { /* the odd last tap, paired with zeros */
+                feed.load(x0, base, ntaps - 1);
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                    x1[q] = 0u;
+                ig_wg_pair<NT>(acc, x0, x1, d, d);
+                d += dstep;
+                wgmma_wait<0>();
+                wgmma_pin(x0);
+                wgmma_pin(x1);
+            }
+        }
+    } else {
+        const uint64_t dsmall = (uint64_t)((uint32_t)p.b_floats / 2 / 4); /* small parts: b_floats/2 further */
+        uint32_t a0[4], s0[4], a1[4], s1[4];
+        for (int kb = 0; kb < p.kc; ++kb) {
+            const uint32_t base = feed.stage(kb);
+            for (int tp = 0; tp < ntaps; tp += 2) {
+                float av[4];
+                feed.load(av, base, tp);
+                ig_wg_step3<NT>(av, d, d + dsmall, a0, s0, acc);
+                d += dstep;
+                if (tp + 1 < ntaps) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520) */
+                    feed.load(av, base, tp + 1);
+                    ig_wg_step3<NT>(av, d, d + dsmall, a1, s1, acc);
+                    d += dstep;
+                }
+            }
+            /* the register double buffer restarts at a0/s0: with an odd tap count their group may still run */
+            if (ntaps & 1)
+                wgmma_wait<0>();
+        }
+    }
+    wgmma_wait<0>();
+    wgmma_pin(*reinterpret_cast<float(*)[NT * 4]>(&acc[0][0][0]));
 }
 
 /* acc = conv of this thread's 2 pixels x chunk's channels on wgmma (B resident); k8 steps in the feed's order. */
@@ -949,6 +1097,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
     const int a_h = p.transposed ? 1 : p.stride_h, a_w = p.transposed ? 1 : p.stride_w;
     const int2 pk_first = PATCH != 0 ? ig_patch_first(p) : make_int2(0, 0);
     uint32_t pk_phase = 0;
+    bool pk_pre = false; /* the TMA patch's stage 0 of this tile was issued during the previous tile */
 
     for (int tile = t_begin; tile < t_end; ++tile) {
         /* Pacing only (no data crosses it, so relaxed: no membar): the pair's CTAs stay within `pace` tiles of
@@ -986,7 +1135,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
                 s.tap_dh[tp] = sh_c[0][a];
                 s.tap_dw[tp] = sh_c[1][b];
                 s.tap_widx[tp] = sh_k[0][a] * p.kw + sh_k[1][b];
-                s.tap_poff[tp] = (sh_c[0][a] - sh_cmin) * 8 * p.pk_ld + sh_c[1][b];
+                s.tap_poff[tp] = ((sh_c[0][a] - sh_cmin) * 8 * p.pk_ld + sh_c[1][b]) * 4; /* bytes */
             }
             __syncthreads();
             ntaps = sh_ntaps;
@@ -1058,9 +1207,17 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
             for (int chunk = 0; chunk < p.nchunk; ++chunk) {
                 if constexpr (WG) {
                     if constexpr (patch) {
-                        ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows, ntaps,
-                                           pk_first, pk_phase);
-                        ig_mainloop_wg<NT, PASSES>(p, s, feed, ntaps * p.kc, chunk, acc);
+                        ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows,
+                                                       ntaps, pk_first, pk_phase, pk_pre);
+                        ig_mainloop_patch<NT, PASSES, PATCH == 2>(p, s, feed, chunk, acc);
+                        /* TMA, one slot, one main loop per tile: the next tile's first stage lands during this
+                         * epilogue (same phase group, so the same taps and patch geometry) */
+                        pk_pre = PATCH == 2 && p.pk_prefetch && p.pk_stages == 1 && p.nchunk == 1 && !two_visits && ntaps > 0 &&
+                                 tile + 1 < t_end && tile + 1 < p.tile_start[grp + 1];
+                        if (pk_pre) {
+                            const int tn = tl + 1, in = tn / tpi;
+                            feed.prefetch(in, (tn - in * tpi) * TM + (warp >> 2) * 64, ph, pw);
+                        }
                         if constexpr (late_px)
                             make_px();
                     } else {
