@@ -37,11 +37,19 @@ for step in "$@"; do
         rm -f "$OUT/prof_$blk.ncu-rep"
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
         ls -la "$OUT" ;;
-    fuzz)  # the default choice (wgmma + input patch where it fits), then each path forced
-        for v in auto sync wgmma wgmma-gather; do
+    fuzz)  # the default choice (wgmma + TMA input patch where it fits), then each path and patch variant forced
+        for v in auto sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch; do
             echo "--- fuzz, tensor-core path: $v"
-            pk=1; [ $v = wgmma-gather ] && pk=0
-            CONVFUSE_IG_MMA=${v%-gather} CONVFUSE_IG_PATCH=$pk timeout 300 .devbuild/fuzz_shapes --backend cuda \
+            case $v in
+            sync) e="CONVFUSE_IG_MMA=sync" ;;
+            wgmma) e="CONVFUSE_IG_MMA=wgmma" ;;
+            wgmma-gather) e="CONVFUSE_IG_MMA=wgmma CONVFUSE_IG_PATCH=0" ;;
+            patch-cp.async) e="CONVFUSE_IG_TMA=0" ;;
+            patch-tma) e="CONVFUSE_IG_TMA=1" ;;
+            patch-4ch) e="CONVFUSE_IG_PATCH_CPS=4" ;;
+            *) e="DEFAULT=1" ;;
+            esac
+            env $e timeout 300 .devbuild/fuzz_shapes --backend cuda \
                 --count ${FUZZ_COUNT:-1000} --seed ${FUZZ_SEED:-1} 2>&1 | grep -vE "^refused" | tail -4
             [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
         done ;;
@@ -67,7 +75,7 @@ for step in "$@"; do
         done ;;
     knobs)  # the input patch against the per-thread gather, ring depth and cluster pacing, CLI timing + float64 check
         for a in "kb2-91" "kb2-73 --mode eval" "kb2-73 --mode train"; do
-            for k in "" CONVFUSE_IG_PATCH=0 CONVFUSE_IG_MMA=sync ${KNOBS:-CONVFUSE_IG_PATCH_STAGES=1 CONVFUSE_IG_PATCH_STAGES=3 CONVFUSE_IG_PACE=4}; do
+            for k in "" CONVFUSE_IG_PATCH=0 CONVFUSE_IG_MMA=sync ${KNOBS:-CONVFUSE_IG_PATCH_CPS=4 CONVFUSE_IG_TMA=0 CONVFUSE_IG_TMA=1 CONVFUSE_IG_PREFETCH=0}; do
                 [ -n "$k" ] || k="DEFAULT=1"
                 echo "--- $k: convfuse run $a"
                 env "$k" CONVFUSE_VERBOSE=launch timeout 200 .devbuild/convfuse run $a --iters ${AB_ITERS:-20} 2>&1 \

@@ -15,7 +15,6 @@
 /* Measured choice between the two training batch-norm paths (docs/kb2_73.md). */
 #define CF_IG_BN_INPLACE_DEFAULT false
 /* Input-patch ring depth and cluster pacing interval (tiles); env overrides for measurement. */
-#define CF_IG_PATCH_STAGES_DEFAULT 1 /* KB2-91: 1.83 ms with 1 stage, 2.02 with 2 or 3 (H100, one run); KB2-73 equal */
 #define CF_IG_PACE_DEFAULT 1
 
 #define CF_CUDA_TRY(call)                                                                                   \
@@ -31,28 +30,30 @@
 typedef void (*ig_kernel_fn)(const cf_ig_params);
 
 struct ig_variant {
-    int nt, passes, wg, patch;
+    int nt, passes, stats, wg, patch;
     ig_kernel_fn fn;
 };
 
-/* One CTA of 256 threads per SM: with the 128-register cap of two per SM the NT=4/8 bodies spilled
- * (ptxas -v: up to 2 KB of spill loads), so every variant takes the full register file for now. */
-#define CF_IG_VARIANTS(wg, pk)                                                                             \
-    {4, 1, wg, pk, cf::cf_ig_kernel<4, 1, 1, wg, pk>}, {8, 1, wg, pk, cf::cf_ig_kernel<8, 1, 1, wg, pk>},      \
-        {16, 1, wg, pk, cf::cf_ig_kernel<16, 1, 1, wg, pk>}, {4, 3, wg, pk, cf::cf_ig_kernel<4, 3, 1, wg, pk>}, \
-        {8, 3, wg, pk, cf::cf_ig_kernel<8, 3, 1, wg, pk>}, {16, 3, wg, pk, cf::cf_ig_kernel<16, 3, 1, wg, pk>}
+/* One CTA per SM, every variant takes the full register file. */
+#define CF_IG_VARIANTS_S(st, wg, pk)                                                                              \
+    {4, 1, st, wg, pk, cf::cf_ig_kernel<4, 1, st, wg, pk>}, {8, 1, st, wg, pk, cf::cf_ig_kernel<8, 1, st, wg, pk>}, \
+        {16, 1, st, wg, pk, cf::cf_ig_kernel<16, 1, st, wg, pk>},                                                  \
+        {4, 3, st, wg, pk, cf::cf_ig_kernel<4, 3, st, wg, pk>}, {8, 3, st, wg, pk, cf::cf_ig_kernel<8, 3, st, wg, pk>}, \
+        {16, 3, st, wg, pk, cf::cf_ig_kernel<16, 3, st, wg, pk>}
+#define CF_IG_VARIANTS(wg, pk) CF_IG_VARIANTS_S(false, wg, pk), CF_IG_VARIANTS_S(true, wg, pk)
 /* mma.sync (8 warps x 32 pixels, any B), wgmma (CF_IG_WGS warpgroups x 64 pixels, B resident) with the per-thread
  * gather, and wgmma with the input patch by cp.async or by TMA (own variants: the other feeds' registers are compiled
- * out; the NT=16 body is at the 128-register cap, where every live value costs a spill) */
+ * out; the NT=16 body is at the 128-register cap, where every live value costs a spill), each with and without the
+ * batch-norm statistics epilogue */
 static const ig_variant ig_variants[] = {CF_IG_VARIANTS(false, 0), CF_IG_VARIANTS(true, 0), CF_IG_VARIANTS(true, 1),
                                          CF_IG_VARIANTS(true, 2)};
 #define CF_IG_MAX_BLOCKS_PER_SM 2
 
-static ig_kernel_fn ig_pick(int nt, int passes, int wg, int patch)
+static ig_kernel_fn ig_pick(int nt, int passes, int stats, int wg, int patch)
 {
     for (size_t i = 0; i < sizeof ig_variants / sizeof ig_variants[0]; ++i)
-        if (ig_variants[i].nt == nt && ig_variants[i].passes == passes && ig_variants[i].wg == wg &&
-            ig_variants[i].patch == patch)
+        if (ig_variants[i].nt == nt && ig_variants[i].passes == passes && ig_variants[i].stats == stats &&
+            ig_variants[i].wg == wg && ig_variants[i].patch == patch)
             return ig_variants[i].fn;
     return NULL;
 }
@@ -138,23 +139,35 @@ static bool ig_patch_geometry(cf_ig_params *p)
     gap = (gap + 3) / 4 * 4;
     if (gap > 64)
         return false;
-    if ((p->w + gap) % 16 == 0 || (p->w + gap) % 16 == 8)
-        gap += 4; /* ld = 4 or 12 mod 16: a warp's A reads (8 pixels x channels 2t) hit 32 distinct banks */
+    /* Channels per stage: 8 (a k8 step = one tap, channels 2t and 2t+1 of a thread in adjacent rows) with one
+     * ring slot, or 4 (a k8 step = two taps, channel t) with two slots in the same shared memory, so that the
+     * next stage lands while this one is multiplied. The two-slot ring measured slower (H100: KB2-91 2.23 against
+     * 1.99 ms on TMA, 2.05 against 1.84 on cp.async; KB2-73 eval 0.395 against 0.358): the per-stage wait was
+     * not what bounds these blocks, and it doubles the stages. 8 by default; CONVFUSE_IG_PATCH_CPS=4 for the ring. */
+    p->pk_cps = env_int("CONVFUSE_IG_PATCH_CPS", 8, 4, 8) == 4 ? 4 : 8;
+    p->pk_kc = (p->cin + p->pk_cps - 1) / p->pk_cps;
+    p->pk_stages = p->pk_cps == 4 ? 2 : 1;
+    /* a warp's A reads (8 pixels x channel rows 2t, or t) hit 32 distinct banks when the rows of its 4 lanes t
+     * are 8 banks apart: ld = 4 or 12 mod 16 with 8 channels per stage, 8 mod 16 with 4 */
+    while (p->pk_cps == 8 ? (p->w + gap) % 8 != 4 : (p->w + gap) % 16 != 8)
+        gap += 4;
     p->pk_gap = gap;
     p->pk_ld = p->w + gap;
     p->pk_drr = 128 / (p->w / 4);
     p->pk_dch = 128 % (p->w / 4);
     /* stage buffers 128-byte aligned (TMA destinations); the gap after the last row stays zero */
-    p->pk_stage = (int)(((int64_t)gap + (int64_t)nr_max * 8 * p->pk_ld + 31) / 32 * 32);
+    p->pk_stage = (int)(((int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld + 31) / 32 * 32);
     p->pk_rows = nr_max;
     /* TMA boxes need contiguous rows (a_h = 1) and at most 256 elements per box dimension. By default TMA only
-     * where a tile's patch is one stage (C_in <= 8): the next tile's stage is then prefetched during the epilogue
-     * (KB2-73 eval 0.455 -> 0.36 ms). With several stages per tile each stage's wait is exposed, and there the
-     * cp.async copies measured faster (KB2-91: 1.84 against 1.97 ms, H100). CONVFUSE_IG_TMA=0|1 forces it. */
+     * where a tile's patch is one stage (C_in <= channels per stage): the next tile's stage then starts
+     * during this tile's epilogue (KB2-73 eval 0.455 -> 0.358 ms). With several stages per tile, each one's
+     * wait is exposed, and there the 16-byte cp.async copies measured faster (KB2-91: 1.84 against 1.97 ms, H100).
+     * CONVFUSE_IG_TMA=0|1 forces it. */
     const int tma_env = env_int("CONVFUSE_IG_TMA", -1, -1, 1);
-    p->pk_tma = a_h == 1 && p->pk_ld <= 256 && nr_max <= 256 && (tma_env < 0 ? p->kc == 1 : tma_env == 1);
+    p->pk_tma = a_h == 1 && p->pk_ld <= 256 && nr_max <= 256 &&
+                (tma_env < 0 ? p->pk_kc == 1 : tma_env == 1);
     p->pk_prefetch = env_int("CONVFUSE_IG_PREFETCH", 1, 0, 1);
-    return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * 8 * p->pk_ld < (1 << 20);
+    return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld < (1 << 20);
 }
 
 static bool is_affine_op(cf_op_kind_t k)
@@ -334,28 +347,28 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     /* Tensor-core path (docs/kb2_91.md, docs/kb2_73.md): wgmma with the input patch wherever it fits (any
      * products); otherwise wgmma with the per-thread gather for 3xTF32 (KB2-73 eval 0.50 ms against 0.70 ms on
      * mma.sync) and mma.sync for plain TF32 (that gather-bound kernel was no faster on wgmma).
-     * CONVFUSE_IG_MMA=wgmma|sync and CONVFUSE_IG_PATCH=0 override; CONVFUSE_IG_PATCH_STAGES sets the ring depth. */
+     * CONVFUSE_IG_MMA=wgmma|sync and CONVFUSE_IG_PATCH=0 override. */
     const char *mma_env = getenv("CONVFUSE_IG_MMA");
     const bool force_wg = mma_env && strcmp(mma_env, "wgmma") == 0, force_sync = mma_env && strcmp(mma_env, "sync") == 0;
     const bool cc90 = !force_sync && device_cc_major_minor() == 90;
     bool patched = false;
+    size_t b_patch = 0; /* B in the patch's k8 order: steps of one tap (8 channels) or two taps (4 channels) */
     if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p)) {
-        for (int st = env_int("CONVFUSE_IG_PATCH_STAGES", CF_IG_PATCH_STAGES_DEFAULT, 1, 3); st >= 1 && !patched; --st) {
-            p->a_floats = CF_IG_WGS * st * p->pk_stage;
-            if (cf_ig_smem_bytes(p, nt) + b_wg <= limit) {
-                p->patch = 1;
-                p->pk_stages = st;
-                patched = true;
-            }
-        }
-        if (!patched)
+        const int steps = p->pk_cps == 8 ? max_taps : (max_taps + 1) / 2;
+        b_patch = (passes == 3 ? 2 : 1) * (size_t)steps * p->pk_kc * p->nt_total * 64 * 4;
+        p->a_floats = CF_IG_WGS * p->pk_stages * p->pk_stage;
+        if (cf_ig_smem_bytes(p, nt) + b_patch <= limit) {
+            p->patch = 1;
+            patched = true;
+        } else {
             p->a_floats = CF_IG_RING_FLOATS;
+        }
     }
     const bool want_wg = patched || force_wg || (!force_sync && passes == 3);
     if (patched) {
         p->resident = 1;
         p->wg = 1;
-        p->b_floats = (int)(b_wg / 4);
+        p->b_floats = (int)(b_patch / 4);
     } else if (want_wg && cc90 && fixed + b_wg <= limit) {
         p->resident = 1;
         p->wg = 1;
@@ -575,7 +588,7 @@ __global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, int cpad,
 static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_count, int max_grid,
                              cudaStream_t stream, int *grid_out)
 {
-    ig_kernel_fn fn = ig_pick(nt, passes, p->wg, p->patch ? (p->pk_tma ? 2 : 1) : 0);
+    ig_kernel_fn fn = ig_pick(nt, passes, p->stats_mode != 0, p->wg, p->patch ? (p->pk_tma ? 2 : 1) : 0);
     const int threads = p->wg ? CF_IG_WGS * 128 : CF_IG_THREADS;
     if (!fn)
         return cf_error(CF_STATUS_INTERNAL_ERROR, "no kernel variant NT=%d products=%d", nt, passes);
@@ -621,9 +634,9 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
         *grid_out = grid;
     if (cf_verbose("launch"))
         fprintf(stderr, "convfuse: launch: igemm %s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
-                        "chunks=%d stats=%d patch_stages=%d\n", p->wg ? "wgmma" : "mma.sync",
+                        "chunks=%d stats=%d patch_stages=%dx%dch\n", p->wg ? "wgmma" : "mma.sync",
                 p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "", nt, passes, grid, p->cluster, p->pace,
-                smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages);
+                smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps);
     return CF_STATUS_SUCCESS;
 }
 
@@ -643,7 +656,7 @@ static bool ig_encode_tmap(cf_ig_params *p)
         return false;
     const cuuint64_t dim[4] = {(cuuint64_t)p->w, (cuuint64_t)p->cin, (cuuint64_t)p->h, (cuuint64_t)p->n};
     const cuuint64_t stride[3] = {(cuuint64_t)p->h * p->w * 4, (cuuint64_t)p->w * 4, (cuuint64_t)p->cin * p->h * p->w * 4};
-    const cuuint32_t box[4] = {(cuuint32_t)p->pk_ld, 8, (cuuint32_t)p->pk_rows, 1};
+    const cuuint32_t box[4] = {(cuuint32_t)p->pk_ld, (cuuint32_t)p->pk_cps, (cuuint32_t)p->pk_rows, 1};
     const cuuint32_t estride[4] = {1, 1, 1, 1};
     return encode(&p->tmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (void *)p->src, dim, stride, box, estride,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,

@@ -33,7 +33,8 @@
 #define CF_IG_WGS 4                    /* wgmma variant: warpgroups per CTA. 3 (384 threads, 168 registers, no spills)
                                           measured slower than 4 (128 registers): KB2-91 2.24 vs 1.77 ms */
 #define CF_IG_WG_TILE_M (CF_IG_WGS * 64) /* wgmma variant: pixels per tile, 64 per warpgroup */
-#define CF_IG_STAGE_LD 36              /* staging row stride: 36 = 4 mod 32 words keeps the fragment writes conflict-free */
+#define CF_IG_STAGE_LD 32              /* staging row stride; rows are rotated (ig_stg_idx) so that both the fragment
+                                          writes and the row reads are free of bank conflicts */
 #define CF_IG_MAX_PHASES 64
 #define CF_IG_MAX_TAPS 128
 #define CF_IG_A_STAGES 4 /* cp.async pipeline depth of the A fragments */
@@ -105,7 +106,8 @@ struct cf_ig_params {
     int pk_ld;              /* floats per patch row: W + pk_gap, = 4 or 12 mod 16 (conflict-free A reads) */
     int pk_gap;             /* zero columns between rows (the column halo of the taps) */
     int pk_stage;           /* floats per stage buffer */
-    int pk_stages;          /* ring depth, 1..3 */
+    int pk_stages;          /* ring slots: 1 (8 channels per stage) or 2 (4 channels per stage) */
+    int pk_cps, pk_kc;      /* channels per stage (8 or 4) and stages per tile, ceil(C_in / pk_cps) */
     int pk_drr, pk_dch;     /* a warpgroup's 128 copies span pk_drr rows and pk_dch chunks of W/4 */
     int pk_rows;            /* patch rows (R) per stage buffer: the most any tile needs */
     int pk_tma;             /* stages arrive by one TMA box load each (else 16-byte cp.async by all 128 threads) */
@@ -121,7 +123,7 @@ static inline size_t cf_ig_smem_bytes(const struct cf_ig_params *p, int nt)
     size_t bytes = 1024 + (size_t)p->b_floats * 4;            /* B fragments, 1 KB-aligned */
     bytes += (size_t)p->a_floats * 4;                         /* A: per-thread ring or input patches */
     bytes += (size_t)p->ntables * p->nt_total * 8 * 8;        /* affine tables, float2 per channel */
-    bytes += (size_t)4 * CF_IG_MAX_TAPS * 4;                  /* tap tables */
+    bytes += (size_t)5 * CF_IG_MAX_TAPS * 4;                  /* tap tables */
     bytes += (size_t)CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD * 4; /* per-warp store staging: 8 channels x 32 pixels */
     if (p->stats_mode) {
         bytes += (size_t)CF_IG_MAX_WARPS * p->nt_total * 8 * 2 * 4 + CF_IG_MAX_WARPS * 4; /* per-warp running stats */

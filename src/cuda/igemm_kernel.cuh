@@ -35,7 +35,8 @@ struct ig_smem {
     float2 *tab;
     int *tap_dh, *tap_dw, *tap_widx;
     uint64_t *pk_bar; /* TMA patch: mbarriers [warpgroup][ring slot] (static shared) */
-    int *tap_poff; /* patch mode: the tap's offset in a patch buffer, (c_h - c_min) rows of 8 channels + c_w */
+    int2 *step_off; /* patch mode: per k8 step of a stage, the byte offsets (lo, hi) of its two channel-row halves
+                       in a patch buffer; odd hi = that half is zero (see ig_patch_feed) */
     float *run_mean, *run_m2; /* [warp][C_out padded]: the warp's running statistics over its tiles */
     int *run_cnt;             /* [warp] */
     float *stage; /* [warp][8 channels][CF_IG_STAGE_LD]: fragment -> row-major transpose for coalesced stores */
@@ -55,9 +56,9 @@ __device__ __forceinline__ ig_smem ig_carve(const cf_ig_params &p, float *base)
     s.tap_dh = reinterpret_cast<int *>(s.tab + p.ntables * p.nt_total * 8);
     s.tap_dw = s.tap_dh + CF_IG_MAX_TAPS;
     s.tap_widx = s.tap_dw + CF_IG_MAX_TAPS;
-    s.tap_poff = s.tap_widx + CF_IG_MAX_TAPS;
+    s.step_off = reinterpret_cast<int2 *>(s.tap_widx + CF_IG_MAX_TAPS);
     /* same order as cf_ig_smem_bytes: staging before the statistics, which exist only in stats mode */
-    s.stage = reinterpret_cast<float *>(s.tap_poff + CF_IG_MAX_TAPS);
+    s.stage = reinterpret_cast<float *>(s.step_off + CF_IG_MAX_TAPS);
     s.run_mean = s.stage + CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD;
     s.run_m2 = s.run_mean + CF_IG_MAX_WARPS * p.nt_total * 8;
     s.run_cnt = reinterpret_cast<int *>(s.run_m2 + CF_IG_MAX_WARPS * p.nt_total * 8);
@@ -285,10 +286,17 @@ __device__ void ig_load_b_wg(const cf_ig_params &p, const ig_smem &s, int ntaps,
         const int ks = e / per_ks, rem = e - ks * per_ks, n = rem >> 3, k = rem & 7;
         float v;
         if (p.patch) {
-            /* patch feed: k8 steps channel-block-major, tap-minor; row k of a step is channel 2k (k < 4) or
-             * 2(k-4)+1, so a thread's two A values of a pixel are adjacent patch rows (see ig_patch_feed) */
-            const int kb = ks / ntaps, tap = ks - kb * ntaps;
-            v = ig_wei(p, s.tap_widx[tap], kb * 8 + (k < 4 ? 2 * k : 2 * (k - 4) + 1), n);
+            /* patch feed: k8 steps stage-major. 8 channels per stage: step = tap, row k is channel 2k (k < 4) or
+             * 2(k-4)+1, so a thread's two A values of a pixel are adjacent patch rows. 4 channels per stage:
+             * step = taps 2st (k < 4) and 2st+1 (k >= 4, zero past the last tap), channel k & 3 (ig_patch_feed) */
+            const int nsteps = p.pk_cps == 8 ? ntaps : (ntaps + 1) / 2;
+            const int kb = ks / nsteps, st = ks - kb * nsteps;
+            if (p.pk_cps == 8) {
+                v = ig_wei(p, s.tap_widx[st], kb * 8 + (k < 4 ? 2 * k : 2 * (k - 4) + 1), n);
+            } else {
+                const int tap = 2 * st + (k >> 2);
+                v = tap < ntaps ? ig_wei(p, s.tap_widx[tap], kb * 4 + (k & 3), n) : 0.f;
+            }
         } else {
             const int tap = ks / p.kc, kcl = ks - tap * p.kc; /* k8 steps are tap-major, channel-minor */
             v = ig_wei(p, s.tap_widx[tap], kcl * 8 + k, n);
@@ -427,16 +435,35 @@ __device__ __forceinline__ uint32_t ig_ldsu(uint32_t addr)
     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr));
     return v;
 }
+template <typename T>
+__device__ __forceinline__ T ig_ld(uint32_t addr);
+template <>
+__device__ __forceinline__ float ig_ld<float>(uint32_t addr)
+{
+    return ig_lds(addr);
+}
+template <>
+__device__ __forceinline__ uint32_t ig_ld<uint32_t>(uint32_t addr)
+{
+    return ig_ldsu(addr);
+}
 
 /* ig_patch_feed: the warpgroup's input patch. Its 64 pixels (consecutive in one image of the phase grid) span
  * `slots` phase rows j_first.. ; slot s reads input rows a_h*(j_first + s) + c_min + tr, tr < rows (the phase's
  * row-tap span). Patch row R holds input row iy0 + a_h*(R / ss) + R % ss (ss = min(a_h, rows): consecutive
- * slots share rows when the taps overlap), for 8 channels: buffer row R*8 + ci at gap + (R*8 + ci)*ld, the
- * zero gap between rows being the column halo. A pixel's value for tap (c_h, c_w) and channel ci is at
- * gap + ((slot*ss + c_h - c_min)*8 + ci)*ld + i + c_w: the per-pixel part is computed once per tile, the tap
- * part comes from a table (bytes), so a tap of a k8 step is 4 LDS. Each stage (8 channels, all taps) is one TMA
- * box, or 16-byte cp.async by the whole warpgroup (zero-filled outside the image); `pk_stages` in flight.
- * The main loop (ig_mainloop_patch) asks for a stage once, then walks its taps: no per-step ring arithmetic. */
+ * slots share rows when the taps overlap), for C = pk_cps channels: buffer row R*C + ci at gap + (R*C + ci)*ld,
+ * the zero gap between rows being the column halo. A pixel's value for tap (c_h, c_w) and channel ci is at
+ * gap + ((slot*ss + c_h - c_min)*C + ci)*ld + i + c_w: the per-pixel part is computed once per tile, the tap
+ * part comes from a table (bytes).
+ *
+ * A k8 step is one tap (C = 8: a thread's k = t, t+4 are channels 2t, 2t+1, adjacent rows) or two taps (C = 4:
+ * k = t is channel t of the first tap, k = t+4 channel t of the second; an odd last tap pairs with zeros). Each
+ * step's two row offsets (lo, hi) come from the step table, so a step is 4 LDS. A stage (C channels, all taps)
+ * is one TMA box, or 16-byte cp.async by the whole warpgroup (zero-filled outside the image).
+ *
+ * The ring: one slot (C = 8) or two (C = 4). With two, stage k+1 is issued as soon as every warp is done with
+ * stage k-1, and runs on across tiles: the last stage of a tile issues the next tile's first (TMA; same phase
+ * group). With one slot the next tile's stage is issued after the main loop, to land during the epilogue. */
 template <bool TMA>
 struct ig_patch_feed {
     /* Few members on purpose: the NT=16 variant runs at the 128-register cap, and every value kept here across
@@ -444,60 +471,60 @@ struct ig_patch_feed {
      * once per stage (buffer and barrier addresses, input rows) is derived again from kernel-level values. */
     const cf_ig_params &p;
     const ig_smem &s;
-    uint32_t &phase;   /* TMA: bit sl = the parity ring slot sl waits for next; lives across tiles in the kernel */
+    uint32_t &ring;    /* bits 0-1: the parity ring slot sl waits for next (TMA); bit 2: the slot of the next stage */
     const int2 &first; /* cp.async: this thread's first (patch row, 16-byte chunk), from ig_patch_first */
-    int img, c_min, rows, ntaps;
-    int j_first, nrows; /* first phase row of the warpgroup's pixels; patch rows (R*8 + ci) this tile needs */
-    uint32_t a0, a1;    /* byte offsets of pixels g and g+8, channel 2t, tap origin */
-    bool pre;           /* TMA, one slot: stage 0 was issued by the previous tile (prefetch) */
+    int img, c_min, rows, nsteps;
+    int j_first, nrows; /* first phase row of the warpgroup's pixels; patch rows (R*C + ci) this tile needs */
+    uint32_t a0, a1;    /* byte offsets of pixels g and g+8, channel row of lane t, tap origin */
+    bool pre;           /* TMA: this tile's first stage was issued during the previous tile */
+    int nx_img, nx_iy0; /* TMA: the next tile's image and first input row (nx_img < 0: no next tile to start) */
 
     __device__ __forceinline__ ig_patch_feed(const cf_ig_params &p_, const ig_smem &s_, int img_, int m_base, int ph,
-                                             int pw, int c_min_, int rows_, int ntaps_, const int2 &first_,
-                                             uint32_t &phase_, bool pre_)
-        : p(p_), s(s_), phase(phase_), first(first_), img(img_), c_min(c_min_), rows(rows_), ntaps(ntaps_), pre(pre_)
+                                             int pw, int c_min_, int rows_, int nsteps_, const int2 &first_,
+                                             uint32_t &ring_, bool pre_, int nx_img_, int nx_iy0_)
+        : p(p_), s(s_), ring(ring_), first(first_), img(img_), c_min(c_min_), rows(rows_), nsteps(nsteps_),
+          pre(pre_), nx_img(nx_img_), nx_iy0(nx_iy0_)
     {
-        const int lim = ph * pw, ss = min(p.transposed ? 1 : p.stride_h, rows);
+        const int lim = ph * pw, ss = min(p.transposed ? 1 : p.stride_h, rows), C = p.pk_cps;
         /* a warpgroup wholly past the end of the image (last tile) works on copies of the last pixel: its first row
          * must be that pixel's, or the A offsets go negative (racecheck: reads below the warpgroup's buffer) */
         const int mb = min(m_base, lim - 1);
         j_first = mb / pw;
-        nrows = ((min(mb + 63, lim - 1) / pw - j_first) * ss + rows) * 8;
+        nrows = ((min(mb + 63, lim - 1) / pw - j_first) * ss + rows) * C;
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-        const int r0 = ((threadIdx.x >> 5) & 3) * 16 + g;
+        const int r0 = ((threadIdx.x >> 5) & 3) * 16 + g, crow = C == 8 ? 2 * t : t;
         uint32_t off[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int m = min(m_base + r0 + 8 * h, lim - 1); /* pixels past the end read a valid one (not stored) */
             const int j = m / pw, i = m - j * pw;
-            off[h] = (uint32_t)(((j - j_first) * ss * 8 + 2 * t) * p.pk_ld + p.pk_gap + i) * 4u;
+            off[h] = (uint32_t)(((j - j_first) * ss * C + crow) * p.pk_ld + p.pk_gap + i) * 4u;
         }
         a0 = off[0];
         a1 = off[1];
     }
 
     __device__ __forceinline__ static int wg() { return threadIdx.x >> 7; }
-    __device__ __forceinline__ uint32_t buf() const
+    __device__ __forceinline__ uint32_t buf(int sl) const
     {
-        return (uint32_t)__cvta_generic_to_shared(s.a) + (uint32_t)(wg() * p.pk_stages * p.pk_stage) * 4u;
+        return (uint32_t)__cvta_generic_to_shared(s.a) + (uint32_t)((wg() * p.pk_stages + sl) * p.pk_stage) * 4u;
     }
     __device__ __forceinline__ uint32_t bar(int sl) const
     {
-        return (uint32_t)__cvta_generic_to_shared(s.pk_bar) + 8u * (uint32_t)(wg() * 3 + sl);
+        return (uint32_t)__cvta_generic_to_shared(s.pk_bar) + 8u * (uint32_t)(wg() * 2 + sl);
     }
 
     /* TMA: stage k of the patch whose first input row is iy0, image im, into slot sl (one thread) */
     __device__ __forceinline__ void issue_tma(int k, int sl, int iy0, int im) const
     {
-        if ((threadIdx.x & 127) == 0) /* one box: pk_rows rows x 8 channels x pk_ld columns from x = -gap */
-            ig_tma_load(&p.tmap, buf() + (uint32_t)(sl * p.pk_stage) * 4u, bar(sl),
-                        (uint32_t)p.pk_rows * 8u * (uint32_t)p.pk_ld * 4u, -p.pk_gap, k * 8, iy0, im);
+        if ((threadIdx.x & 127) == 0) /* one box: pk_rows rows x C channels x pk_ld columns from x = -gap */
+            ig_tma_load(&p.tmap, buf(sl), bar(sl), (uint32_t)p.pk_rows * (uint32_t)p.pk_cps * (uint32_t)p.pk_ld * 4u,
+                        -p.pk_gap, k * p.pk_cps, iy0, im);
     }
 
-    /* copy stage `k` (channels 8k..8k+7) into ring slot `sl` */
+    /* copy stage `k` (channels C*k..) of this tile into ring slot `sl` */
     __device__ __forceinline__ void issue(int k, int sl)
     {
-        if (k >= p.kc)
-            return;
         const int a_h = p.transposed ? 1 : p.stride_h, ss = min(a_h, rows);
         const int iy0 = a_h * j_first + c_min; /* input row of patch row 0 */
         if constexpr (TMA) {
@@ -506,10 +533,11 @@ struct ig_patch_feed {
         }
         const float *src_img = p.src + (int64_t)img * p.cin * p.h * p.w;
         const int chunks = p.w >> 2, drr = p.pk_drr, dch = p.pk_dch; /* 128 threads = drr rows + dch chunks */
-        const uint32_t dst0 = buf() + (uint32_t)(sl * p.pk_stage + p.pk_gap) * 4u;
+        const int C = p.pk_cps, lc = C == 8 ? 3 : 2;
+        const uint32_t dst0 = buf(sl) + (uint32_t)p.pk_gap * 4u;
         int rr = first.x, ch = first.y;
         while (rr < nrows) {
-            const int R = rr >> 3, c = k * 8 + (rr & 7);
+            const int R = rr >> lc, c = k * C + (rr & (C - 1));
             const int iy = ss == a_h ? iy0 + R : iy0 + a_h * (R / ss) + R % ss;
             const bool ok = (unsigned)iy < (unsigned)p.h && c < p.cin;
             const float *g = ok ? src_img + ((c * p.h + iy) * p.w + ch * 4) : p.src;
@@ -522,87 +550,76 @@ struct ig_patch_feed {
                 ++rr;
             }
         }
+        ig_commit();
     }
 
-    /* stage in slot sl has landed (TMA: its mbarrier phase completed; visible to every waiting thread) */
-    __device__ __forceinline__ void wait_tma(int sl)
+    /* the stage in slot sl has landed and is visible to every thread that waited */
+    __device__ __forceinline__ void wait(int sl)
     {
-        ig_mbar_wait(bar(sl), (phase >> sl) & 1u);
-        phase ^= 1u << sl;
-    }
-
-    /* The first pk_stages - 1 stages in flight (ring depth > 1). */
-    __device__ __forceinline__ void prime()
-    {
-        if (p.pk_stages == 1)
-            return;
-        ig_wg_bar(wg()); /* every warp of the group is done reading the previous tile's patch */
-        for (int i = 0; i + 1 < p.pk_stages; ++i) {
-            issue(i, i);
-            ig_commit();
+        if constexpr (TMA) {
+            ig_mbar_wait(bar(sl), (ring >> sl) & 1u);
+            ring ^= 1u << sl;
+        } else {
+            ig_wait<0>();
+            ig_wg_bar(wg());
         }
     }
 
-    /* Stage kb has landed and is visible to the whole warpgroup; the slot read before it is being refilled.
-     * Returns the shared address of its buffer. Once per stage, so the ring arithmetic stays out of the taps. */
+    /* Before the main loop: this tile's first stage in flight, unless the previous tile started it. */
+    __device__ __forceinline__ void prime()
+    {
+        if (pre)
+            return;
+        if (p.pk_stages == 1)
+            ig_wg_bar(wg()); /* every warp is done reading the slot */
+        /* two slots: the next slot was last read by the stage before the previous one, which every warp left
+         * before the barrier of the previous stage */
+        issue(0, (ring >> 2) & 1);
+    }
+
+    /* Stage kb has landed for the whole warpgroup; the next one is on its way when the ring has room. Returns the
+     * shared address of its buffer. Once per stage, so the ring work stays out of the taps. */
     __device__ __forceinline__ uint32_t stage(int kb)
     {
-        const int nst = p.pk_stages;
-        if (nst == 1) {
-            if (!(pre && kb == 0)) {
+        if (p.pk_stages == 1) {
+            if (kb > 0) {
                 ig_wg_bar(wg()); /* every warp is done reading the previous stage */
                 issue(kb, 0);
             }
-            if constexpr (TMA) {
-                wait_tma(0);
-            } else {
-                ig_commit();
-                ig_wait<0>();
-                ig_wg_bar(wg());
-            }
-            return buf();
+            wait(0);
+            return buf(0);
         }
-        const int slot = kb % nst;
-        if constexpr (TMA)
-            wait_tma(slot);
-        else if (nst == 2)
-            ig_wait<0>();
-        else
-            ig_wait<1>();
-        ig_wg_bar(wg());
-        const int sl = slot + nst - 1;
-        issue(kb + nst - 1, sl >= nst ? sl - nst : sl);
-        ig_commit();
-        return buf() + (uint32_t)(slot * p.pk_stage) * 4u;
+        const int sl = (ring >> 2) & 1;
+        wait(sl);
+        ig_wg_bar(wg()); /* every warp is done with the previous stage: its slot takes the next one */
+        if (kb + 1 < p.pk_kc)
+            issue(kb + 1, sl ^ 1);
+        else if (TMA && nx_img >= 0)
+            issue_tma(0, sl ^ 1, nx_iy0, nx_img);
+        ring ^= 4u;
+        return buf(sl);
     }
 
-    /* this thread's four fragment values of tap `tap` in the stage at `base` */
-    __device__ __forceinline__ void load(float (&av)[4], uint32_t base, int tap) const
+    /* One slot: the main loop is done reading; start the next tile's first stage (lands during the epilogue). */
+    __device__ __forceinline__ void after()
     {
-        const uint32_t b = base + (uint32_t)s.tap_poff[tap], ld4 = (uint32_t)p.pk_ld * 4u;
-        av[0] = ig_lds(b + a0);
-        av[1] = ig_lds(b + a1);
-        av[2] = ig_lds(b + a0 + ld4);
-        av[3] = ig_lds(b + a1 + ld4);
-    }
-    /* the same as raw bits: TF32 operands by truncation */
-    __device__ __forceinline__ void load(uint32_t (&av)[4], uint32_t base, int tap) const
-    {
-        const uint32_t b = base + (uint32_t)s.tap_poff[tap], ld4 = (uint32_t)p.pk_ld * 4u;
-        av[0] = ig_ldsu(b + a0);
-        av[1] = ig_ldsu(b + a1);
-        av[2] = ig_ldsu(b + a0 + ld4);
-        av[3] = ig_ldsu(b + a1 + ld4);
+        if (TMA && p.pk_stages == 1 && nx_img >= 0) {
+            ig_wg_bar(wg());
+            issue_tma(0, 0, nx_iy0, nx_img);
+        }
     }
 
-    /* TMA, one slot: the main loop is done reading; start stage 0 of the warpgroup's next patch (first pixel
-     * m_base of image im, same phase) so that it lands while this tile's epilogue runs. */
-    __device__ __forceinline__ void prefetch(int im, int m_base, int ph, int pw)
+    /* this thread's four fragment values of k8 step `st` in the stage at `base` (hi = 0: that half is zero) */
+    template <typename T>
+    __device__ __forceinline__ void load(T (&av)[4], uint32_t base, int st) const
     {
-        const int a_h = p.transposed ? 1 : p.stride_h;
-        const int j0 = min(m_base, ph * pw - 1) / pw;
-        ig_wg_bar(wg());
-        issue_tma(0, 0, a_h * j0 + c_min, im);
+        const int2 o = s.step_off[st];
+        const uint32_t lo = base + (uint32_t)o.x, hi = base + (uint32_t)(o.y & ~1);
+        av[0] = ig_ld<T>(lo + a0);
+        av[1] = ig_ld<T>(lo + a1);
+        const T v2 = ig_ld<T>(hi + a0), v3 = ig_ld<T>(hi + a1); /* a read inside the buffer either way */
+        av[2] = (o.y & 1) ? T(0) : v2; /* odd hi: no second tap (4 channels per stage, odd tap count) */
+        av[3] = (o.y & 1) ? T(0) : v3;
     }
 };
 
@@ -615,7 +632,7 @@ __device__ __forceinline__ int2 ig_patch_first(const cf_ig_params &p)
 }
 
 /* acc = conv of this warpgroup's 64 pixels x chunk's channels, A from the input patch, B resident. Stage-major,
- * tap-minor k8 steps (ig_load_b_wg's order). The ring and stage work is done once per stage; a tap costs its
+ * step-minor k8 steps (ig_load_b_wg's order). The ring and stage work is done once per stage; a step costs its
  * 4 LDS, their addresses and its wgmma (the generic fetch had spent ~150 instructions per pair of steps on slot
  * modulo, barrier tests and address rebuilds). */
 template <int NT, int PASSES, bool TMA>
@@ -627,8 +644,8 @@ __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const i
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             acc[0][nt][e] = 0.f;
-    const int ntaps = feed.ntaps;
-    if (ntaps == 0)
+    const int nsteps = feed.nsteps;
+    if (nsteps == 0)
         return;
     feed.prime();
     /* B descriptors: the chunk's first k8 block, then + one block per step (address field in 16-byte units; B lies
@@ -636,14 +653,14 @@ __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const i
     uint64_t d = wgmma_desc(s.b + chunk * NT * 64, 128, 256);
     const uint64_t dstep = (uint64_t)((uint32_t)p.nchunk * NT * 16);
     if constexpr (PASSES == 1) {
-        /* Taps in pairs, one wgmma group each, A in two register sets used in turn: the next pair is read into
+        /* Steps in pairs, one wgmma group each, A in two register sets used in turn: the next pair is read into
          * the free set while the group runs, and the group is waited for before its set is refilled. Overwriting
          * A registers of a group still in flight (wait_group 1) made ptxas serialise every wgmma (C7513); one set
          * copied into the operands cost 8 moves per pair. TF32 operands by truncation: the tensor core reads the
          * top 19 bits of the fp32 values as they are (cvt.rna.tf32 compiled to 4 instructions per value; error
          * still ~1e-6 at the KB2-91 shape). */
-        const int np = ntaps >> 1;
-        for (int kb = 0; kb < p.kc; ++kb) {
+        const int np = nsteps >> 1;
+        for (int kb = 0; kb < p.pk_kc; ++kb) {
             const uint32_t base = feed.stage(kb);
             uint32_t x0[4], x1[4], y0[4], y1[4];
             if (np > 0) {
@@ -672,8 +689,8 @@ __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const i
                 }
                 d += more ? 4 * dstep : 2 * dstep;
             }
-            if (ntaps & 1) { /* the odd last tap, paired with zeros */
-                feed.load(x0, base, ntaps - 1);
+            if (nsteps & 1) { /* the odd last step, paired with zeros */
+                feed.load(x0, base, nsteps - 1);
 #pragma unroll
                 for (int q = 0; q < 4; ++q)
                     x1[q] = 0u;
@@ -687,24 +704,25 @@ __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const i
     } else {
         const uint64_t dsmall = (uint64_t)((uint32_t)p.b_floats / 2 / 4); /* small parts: b_floats/2 further */
         uint32_t a0[4], s0[4], a1[4], s1[4];
-        for (int kb = 0; kb < p.kc; ++kb) {
+        for (int kb = 0; kb < p.pk_kc; ++kb) {
             const uint32_t base = feed.stage(kb);
-            for (int tp = 0; tp < ntaps; tp += 2) {
+            for (int st = 0; st < nsteps; st += 2) {
                 float av[4];
-                feed.load(av, base, tp);
+                feed.load(av, base, st);
                 ig_wg_step3<NT>(av, d, d + dsmall, a0, s0, acc);
                 d += dstep;
-                if (tp + 1 < ntaps) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520) */
-                    feed.load(av, base, tp + 1);
+                if (st + 1 < nsteps) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520) */
+                    feed.load(av, base, st + 1);
                     ig_wg_step3<NT>(av, d, d + dsmall, a1, s1, acc);
                     d += dstep;
                 }
             }
-            /* the register double buffer restarts at a0/s0: with an odd tap count their group may still run */
-            if (ntaps & 1)
+            /* the register double buffer restarts at a0/s0: with an odd step count their group may still run */
+            if (nsteps & 1)
                 wgmma_wait<0>();
         }
     }
+    feed.after();
     wgmma_wait<0>();
     wgmma_pin(*reinterpret_cast<float(*)[NT * 4]>(&acc[0][0][0]));
 }
@@ -947,6 +965,15 @@ __device__ __forceinline__ void ig_softmax_scale(const float (&l)[2 * MT], float
  * number of L2 write requests (docs/kb2_73.md). The slab's shared-memory reads are all issued before its
  * stores, and the store address only advances by a channel stride (profiled: a per-element channel test,
  * branch and 64-bit address rebuild made the store loop 14 instructions per value, stalled on each read). */
+/* Staging index of (channel row 0..7, pixel column 0..31): row r is rotated by 8*(r/2) + 16*(r%2) words. The
+ * fragment writes (rows 2t + j, columns g + const) then hit banks 8t + g + const, and the reads of two rows of 16
+ * pixels (wgmma: rows c, c+1 with c even) hit two disjoint halves of the banks. A plain stride of 36 words left
+ * those reads 2-way conflicted (ncu: 22% of the shared wavefronts of KB2-91 were excess). */
+__device__ __forceinline__ int ig_stg_idx(int row, int col)
+{
+    return row * CF_IG_STAGE_LD + ((col + 8 * (row >> 1) + 16 * (row & 1)) & 31);
+}
+
 template <int NT, int MT>
 __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s, const ig_pixels<MT> &px, int chunk,
                                          const float (&acc)[MT][NT][4])
@@ -973,12 +1000,12 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                stg[(2 * t + (e & 1)) * CF_IG_STAGE_LD + mt * 16 + (e >> 1) * 8 + g] = acc[mt][nt][e];
+                stg[ig_stg_idx(2 * t + (e & 1), mt * 16 + (e >> 1) * 8 + g)] = acc[mt][nt][e];
         __syncwarp();
         float v[PER];
 #pragma unroll
         for (int it = 0; it < PER; ++it)
-            v[it] = stg[(cg + it * GROUPS) * CF_IG_STAGE_LD + pl];
+            v[it] = stg[ig_stg_idx(cg + it * GROUPS, pl)];
         __syncwarp();
         if (whole) {
             if (px.st_ok)
@@ -995,13 +1022,58 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
     }
 }
 
+/* Reduce V values per lane over the 8 lanes of a quad column (lane bits 2-4) by halving: at each step a lane keeps
+ * one half of its values and adds the partner's copy of that half, so 7V/8 shuffles instead of 3V. Afterwards
+ * v[i], i < V/8, holds the sum of original index ig_bfly_index<V>(i, lane). */
+template <int V>
+__device__ __forceinline__ void ig_bfly_reduce(float (&v)[V], int lane)
+{
+#pragma unroll
+    for (int st = 0; st < 3; ++st) {
+        const int off = 16 >> st, n = V >> (st + 1);
+        const bool up = lane & off;
+#pragma unroll
+        for (int i = 0; i < n; ++i) {
+            const float send = up ? v[i] : v[i + n], keep = up ? v[i + n] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+        }
+    }
+}
+
+/* The inverse: every lane gets all V values back from the V/8 each lane holds after ig_bfly_reduce. */
+template <int V>
+__device__ __forceinline__ void ig_bfly_spread(float (&v)[V], int lane)
+{
+#pragma unroll
+    for (int st = 2; st >= 0; --st) {
+        const int off = 16 >> st, n = V >> (st + 1);
+        const bool up = lane & off;
+#pragma unroll
+        for (int i = 0; i < n; ++i) {
+            const float other = __shfl_xor_sync(0xffffffffu, v[i], off);
+            v[i + n] = up ? v[i] : other;
+            v[i] = up ? other : v[i];
+        }
+    }
+}
+
+template <int V>
+__device__ __forceinline__ int ig_bfly_index(int i, int lane)
+{
+    return i + (V / 2) * ((lane >> 4) & 1) + (V / 4) * ((lane >> 3) & 1) + (V / 8) * ((lane >> 2) & 1);
+}
+
 /* Per-channel statistics of this warp's pixels of the tile (count, mean, M2), merged (Chan) into the warp's own
  * running values in shared memory: no CTA barrier per tile (a CTA-wide merge per tile made the statistics pass
- * slower than the full pass with its stores). The warps are merged once, at the end of the kernel. */
+ * slower than the full pass with its stores). The warps are merged once, at the end of the kernel. The sums over
+ * the warp's pixels go by halving butterflies (ig_bfly_reduce): per value 7/8 of a shuffle for the sums, as many
+ * to hand the means back, and 7/8 for M2 (the per-value three-shuffle reductions had made this pass slower than
+ * the one that writes the output). Every lane then merges one channel per group of 8 columns. */
 template <int NT, int MT>
 __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_smem &s, const ig_pixels<MT> &px, int chunk,
                                               const float (&acc)[MT][NT][4])
 {
+    constexpr int V = 2 * NT; /* this lane's channel columns: index nt*2 + j */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
     const int cpad = p.nt_total * 8;
     int cnt = 0;
@@ -1013,54 +1085,65 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
         cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
     if (cnt == 0)
         return; /* warp-uniform */
+    const float inv = 1.f / cnt;
     const int na = s.run_cnt[warp];
-    const float inv = 1.f / cnt, fb = (float)cnt / (na + cnt), fab = (float)na * (float)cnt / (na + cnt);
+    const float fb = (float)cnt / (na + cnt), fab = (float)na * (float)cnt / (na + cnt);
+    /* in groups of 8 columns (the shuffles per value are the same as for all V at once, with fewer registers
+     * live: the NT=16 variants are at the register cap) */
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int g8 = 0; g8 < V / 8; ++g8) {
+        float v[8];
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
+        for (int q = 0; q < 8; ++q) {
+            const int k = g8 * 8 + q;
             float sum = 0.f;
 #pragma unroll
             for (int r = 0; r < 2 * MT; ++r)
-                sum += px.img[r] >= 0 ? acc[r >> 1][nt][(r & 1) * 2 + j] : 0.f;
+                sum += px.img[r] >= 0 ? acc[r >> 1][k >> 1][(r & 1) * 2 + (k & 1)] : 0.f;
+            v[q] = sum;
+        }
+        ig_bfly_reduce<8>(v, lane);
+        const float mean = v[0] * inv;
+        v[0] = mean;
+        ig_bfly_spread<8>(v, lane); /* v[q] = the mean of column g8*8 + q */
 #pragma unroll
-            for (int o = 4; o < 32; o <<= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            const float mean = sum * inv;
+        for (int q = 0; q < 8; ++q) {
+            const int k = g8 * 8 + q;
             float m2 = 0.f;
 #pragma unroll
             for (int r = 0; r < 2 * MT; ++r) {
-                const float d = acc[r >> 1][nt][(r & 1) * 2 + j] - mean;
+                const float d = acc[r >> 1][k >> 1][(r & 1) * 2 + (k & 1)] - v[q];
                 m2 += px.img[r] >= 0 ? d * d : 0.f;
             }
-#pragma unroll
-            for (int o = 4; o < 32; o <<= 1)
-                m2 += __shfl_xor_sync(0xffffffffu, m2, o);
-            if (lane < 4) {
-                const int c = (chunk * NT + nt) * 8 + 2 * t + j;
-                float *ma = s.run_mean + warp * cpad + c, *qa = s.run_m2 + warp * cpad + c;
-                const float d = mean - *ma;
-                *ma += d * fb;
-                *qa += m2 + d * d * fab;
-            }
+            v[q] = m2;
         }
+        ig_bfly_reduce<8>(v, lane);
+        const int k = g8 * 8 + ig_bfly_index<8>(0, lane);
+        const int c = (chunk * NT + (k >> 1)) * 8 + 2 * t + (k & 1);
+        float *ma = s.run_mean + warp * cpad + c, *qa = s.run_m2 + warp * cpad + c;
+        const float d = mean - *ma;
+        *ma += d * fb;
+        *qa += v[0] + d * d * fab;
+    }
     __syncwarp();
     if (lane == 0 && chunk == p.nchunk - 1)
         s.run_cnt[warp] = na + cnt;
     __syncwarp();
 }
 
-template <int NT, int PASSES, int MINB, bool WG, int PATCH>
-__global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
+template <int NT, int PASSES, bool STATS, bool WG, int PATCH>
+__global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
     cf_ig_kernel(const __grid_constant__ cf_ig_params p)
 {
+    /* STATS: the batch-norm statistics pass (p.stats_mode != 0) is its own variant: its code in the other variants
+     * cost the NT=16 bodies, at the 128-register cap, 40 -> 200 bytes of spills (ptxas -v) */
     /* PATCH: 0 per-thread gather, 1 input patch by cp.async, 2 input patch by TMA */
     static_assert(WG || PATCH == 0, "the input patch feeds the wgmma main loop only");
     /* mma.sync: 8 warps x 32 pixels (two m16 tiles each); wgmma: CF_IG_WGS warpgroups x 64 pixels (16 per warp) */
     constexpr int MT = WG ? 1 : 2;
     extern __shared__ float4 smem_raw[];
     __shared__ int sh_ntaps, sh_nt[2], sh_k[2][CF_IG_MAX_TAPS], sh_c[2][CF_IG_MAX_TAPS], sh_cmin, sh_rows;
-    __shared__ alignas(8) uint64_t sh_pk_bar[PATCH == 2 ? 4 * 3 : 1]; /* TMA patch: [warpgroup][ring slot] */
+    __shared__ alignas(8) uint64_t sh_pk_bar[PATCH == 2 ? 4 * 2 : 1]; /* TMA patch: [warpgroup][ring slot] */
     ig_smem s = ig_carve<NT>(p, reinterpret_cast<float *>(smem_raw));
     s.pk_bar = sh_pk_bar;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
@@ -1070,13 +1153,13 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
         for (int i = threadIdx.x; i < p.a_floats; i += blockDim.x)
             s.a[i] = 0.f;
         if (threadIdx.x == 0 && PATCH == 2) {
-            for (int b = 0; b < 4 * 3; ++b)
+            for (int b = 0; b < 4 * 2; ++b)
                 ig_mbar_init((uint32_t)__cvta_generic_to_shared(&sh_pk_bar[b]), 1);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         fence_proxy_async(); /* the zeroed halos -> the TMA (async proxy) writes next to them */
     }
-    if (p.stats_mode) {
+    if (STATS) {
         for (int c = threadIdx.x; c < CF_IG_MAX_WARPS * p.nt_total * 8; c += blockDim.x) {
             s.run_mean[c] = 0.f;
             s.run_m2[c] = 0.f;
@@ -1096,8 +1179,8 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
     int grp = -1, q = -1, ntaps = 0, ph = 0, pw = 0, qh = 0, qw = 0, pk_cmin = 0, pk_rows = 0;
     const int a_h = p.transposed ? 1 : p.stride_h, a_w = p.transposed ? 1 : p.stride_w;
     const int2 pk_first = PATCH != 0 ? ig_patch_first(p) : make_int2(0, 0);
-    uint32_t pk_phase = 0;
-    bool pk_pre = false; /* the TMA patch's stage 0 of this tile was issued during the previous tile */
+    uint32_t pk_ring = 0; /* the patch ring's slot parities and next slot (ig_patch_feed::ring) */
+    bool pk_pre = false;  /* the TMA patch's first stage of this tile was issued during the previous tile */
 
     for (int tile = t_begin; tile < t_end; ++tile) {
         /* Pacing only (no data crosses it, so relaxed: no membar): the pair's CTAs stay within `pace` tiles of
@@ -1135,7 +1218,18 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
                 s.tap_dh[tp] = sh_c[0][a];
                 s.tap_dw[tp] = sh_c[1][b];
                 s.tap_widx[tp] = sh_k[0][a] * p.kw + sh_k[1][b];
-                s.tap_poff[tp] = ((sh_c[0][a] - sh_cmin) * 8 * p.pk_ld + sh_c[1][b]) * 4; /* bytes */
+            }
+            if (PATCH != 0) { /* the patch main loop's step table (bytes; see ig_patch_feed) */
+                const int C = p.pk_cps, ns = C == 8 ? sh_ntaps : (sh_ntaps + 1) / 2;
+                auto toff = [&](int tp) {
+                    const int a = tp / sh_nt[1], b = tp - a * sh_nt[1];
+                    return ((sh_c[0][a] - sh_cmin) * C * p.pk_ld + sh_c[1][b]) * 4;
+                };
+                for (int st = threadIdx.x; st < ns; st += blockDim.x) {
+                    const int lo = toff(C == 8 ? st : 2 * st);
+                    const int hi = C == 8 ? lo + p.pk_ld * 4 : 2 * st + 1 < sh_ntaps ? toff(2 * st + 1) : 1;
+                    s.step_off[st] = make_int2(lo, hi);
+                }
             }
             __syncthreads();
             ntaps = sh_ntaps;
@@ -1143,7 +1237,9 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
             pk_rows = sh_rows;
             if (p.resident) {
                 if constexpr (WG) {
-                    ig_load_b_wg<NT, PASSES>(p, s, ntaps, ntaps * p.kc);
+                    ig_load_b_wg<NT, PASSES>(p, s, ntaps,
+                                             PATCH != 0 ? p.pk_kc * (p.pk_cps == 8 ? ntaps : (ntaps + 1) / 2)
+                                                        : ntaps * p.kc);
                     fence_proxy_async(); /* generic-proxy stores -> the tensor core's async proxy */
                 } else {
                     ig_load_b<PASSES>(p, s, 0, ntaps * p.kc, 0, p.nt_total);
@@ -1207,17 +1303,21 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
             for (int chunk = 0; chunk < p.nchunk; ++chunk) {
                 if constexpr (WG) {
                     if constexpr (patch) {
-                        ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows,
-                                                       ntaps, pk_first, pk_phase, pk_pre);
-                        ig_mainloop_patch<NT, PASSES, PATCH == 2>(p, s, feed, chunk, acc);
-                        /* TMA, one slot, one main loop per tile: the next tile's first stage lands during this
-                         * epilogue (same phase group, so the same taps and patch geometry) */
-                        pk_pre = PATCH == 2 && p.pk_prefetch && p.pk_stages == 1 && p.nchunk == 1 && !two_visits && ntaps > 0 &&
-                                 tile + 1 < t_end && tile + 1 < p.tile_start[grp + 1];
-                        if (pk_pre) {
-                            const int tn = tl + 1, in = tn / tpi;
-                            feed.prefetch(in, (tn - in * tpi) * TM + (warp >> 2) * 64, ph, pw);
+                        /* TMA, one main loop per tile: the ring starts the next tile's first stage (same phase group,
+                         * so the same taps and patch geometry) during this tile */
+                        int nx_img = -1, nx_iy0 = 0;
+                        if (PATCH == 2 && p.pk_prefetch && p.nchunk == 1 && !two_visits && ntaps > 0 &&
+                            tile + 1 < t_end && tile + 1 < p.tile_start[grp + 1]) {
+                            const int tn = tl + 1;
+                            nx_img = tn / tpi;
+                            const int mb = min((tn - nx_img * tpi) * TM + (warp >> 2) * 64, ph * pw - 1);
+                            nx_iy0 = a_h * (mb / pw) + pk_cmin;
                         }
+                        ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows,
+                                                       p.pk_cps == 8 ? ntaps : (ntaps + 1) / 2, pk_first, pk_ring,
+                                                       pk_pre, nx_img, nx_iy0);
+                        ig_mainloop_patch<NT, PASSES, PATCH == 2>(p, s, feed, chunk, acc);
+                        pk_pre = nx_img >= 0;
                         if constexpr (late_px)
                             make_px();
                     } else {
@@ -1249,9 +1349,9 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
                         ig_softmax_scale<NT, MT>(cl, acc);
                     ig_apply_stages<NT, MT>(p, s, pre_end + 1, p.nstage, chunk, acc);
                 }
-                if (p.stats_mode)
+                if constexpr (STATS)
                     ig_tile_stats<NT, MT>(p, s, px, chunk, acc);
-                if (p.stats_mode != 1)
+                if (!STATS || p.stats_mode != 1)
                     ig_store<NT, MT>(p, s, px, chunk, acc);
             }
         }
@@ -1260,7 +1360,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, MINB)
     if (p.cluster > 1 && t_end > t_begin)
         asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 
-    if (p.stats_mode) {
+    if (STATS) {
         __syncthreads();
         float *out = p.stats + (size_t)blockIdx.x * p.nt_total * 8 * 3;
         const int cpad = p.nt_total * 8;
