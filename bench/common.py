@@ -14,8 +14,13 @@ sys.path.insert(0, str(ROOT / "python"))
 
 
 def git_sha():
+    """The commit the measured library was built from: GIT_SHA, else the one bench/stage.sh recorded next to the
+    build it staged (the device's copy of the tree can carry stale git metadata), else git rev-parse HEAD."""
     if os.environ.get("GIT_SHA"):
         return os.environ["GIT_SHA"]
+    staged = ROOT / ".devbuild" / "GIT_SHA"
+    if staged.is_file():
+        return staged.read_text().strip()
     try:
         return subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
     except (OSError, subprocess.CalledProcessError):

@@ -12,4 +12,7 @@ grep -E "warning" build-dev/build.log | grep -v -E "C7513|spill" | head -5 || tr
 rm -rf .devbuild && mkdir .devbuild
 cp -L build-dev/libconvfuse.so build-dev/convfuse build-dev/tests/c/test_cuda build-dev/tests/c/fuzz_shapes .devbuild/
 strip --strip-unneeded .devbuild/* 2>/dev/null || true
+# the commit these binaries come from (+dirty when the tree had changes): results JSON records it (bench/common.py)
+sha=$(git rev-parse HEAD); git diff --quiet HEAD -- src include cli python CMakeLists.txt || sha="$sha+dirty"
+echo "$sha" > .devbuild/GIT_SHA
 du -sh .devbuild

@@ -14,7 +14,7 @@
 
 /* Measured choice between the two training batch-norm paths (docs/kb2_73.md). */
 #define CF_IG_BN_INPLACE_DEFAULT false
-/* Input-patch ring depth and cluster pacing interval (tiles); env overrides for measurement. */
+/* Cluster pacing interval (tiles); CONVFUSE_IG_PACE overrides it for measurement. */
 #define CF_IG_PACE_DEFAULT 1
 
 #define CF_CUDA_TRY(call)                                                                                   \
