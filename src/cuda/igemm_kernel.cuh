@@ -205,18 +205,25 @@ struct ig_a_feed {
 };
 
 /* acc = conv of this thread's 4 pixels x chunk's channels. */
-template <int NT, int PASSES, int MT>
-__device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem &s, ig_pixels<MT> &px, int ntaps,
-                                            int chunk, float (&acc)[MT][NT][4])
+/* acc = f(acc) for every accumulator (the epilogue: each pointwise op gets its own unrolled loop). */
+template <int NT, int MT, typename F>
+__device__ __forceinline__ void ig_map(float (&acc)[MT][NT][4], F f)
 {
-    const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                acc[mt][nt][e] = 0.f;
+                acc[mt][nt][e] = f(acc[mt][nt][e]);
+}
+
+template <int NT, int PASSES, int MT>
+__device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem &s, ig_pixels<MT> &px, int ntaps,
+                                            int chunk, float (&acc)[MT][NT][4])
+{
+    const int lane = threadIdx.x & 31;
+    ig_map<NT, MT>(acc, [](float) { return 0.f; });
 
     const int nks = ntaps * p.kc;
     if (nks == 0)
@@ -423,29 +430,22 @@ __device__ __forceinline__ void ig_tma_load(const CUtensorMap *map, uint32_t dst
 
 __device__ __forceinline__ void ig_wg_bar(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(wg + 1) : "memory"); }
 
-__device__ __forceinline__ float ig_lds(uint32_t addr)
-{
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
-    return v;
-}
-__device__ __forceinline__ uint32_t ig_ldsu(uint32_t addr)
-{
-    uint32_t v;
-    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr));
-    return v;
-}
+/* one 32-bit shared-memory load, as float (3xTF32 splits it) or as raw bits (TF32 by truncation) */
 template <typename T>
 __device__ __forceinline__ T ig_ld(uint32_t addr);
 template <>
 __device__ __forceinline__ float ig_ld<float>(uint32_t addr)
 {
-    return ig_lds(addr);
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+    return v;
 }
 template <>
 __device__ __forceinline__ uint32_t ig_ld<uint32_t>(uint32_t addr)
 {
-    return ig_ldsu(addr);
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr));
+    return v;
 }
 
 /* ig_patch_feed: the warpgroup's input patch. Its 64 pixels (consecutive in one image of the phase grid) span
@@ -639,11 +639,7 @@ template <int NT, int PASSES, bool TMA>
 __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const ig_smem &s, ig_patch_feed<TMA> &feed,
                                                   int chunk, float (&acc)[1][NT][4])
 {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            acc[0][nt][e] = 0.f;
+    ig_map<NT, 1>(acc, [](float) { return 0.f; });
     const int nsteps = feed.nsteps;
     if (nsteps == 0)
         return;
@@ -732,11 +728,7 @@ template <int NT, int PASSES, typename Feed>
 __device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_smem &s, Feed &feed, int nks, int chunk,
                                                float (&acc)[1][NT][4])
 {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            acc[0][nt][e] = 0.f;
+    ig_map<NT, 1>(acc, [](float) { return 0.f; });
     if (nks == 0)
         return;
     feed.prime();
@@ -820,19 +812,6 @@ __device__ void ig_build_tables(const cf_ig_params &p, const ig_smem &s)
             s.tab[sg.table * cpad + c] = make_float2((float)(a * pre), (float)(b * pre));
         }
     }
-}
-
-/* The stage kind is tested once per stage; each pointwise op gets its own unrolled loop. */
-template <int NT, int MT, typename F>
-__device__ __forceinline__ void ig_map(float (&acc)[MT][NT][4], F f)
-{
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                acc[mt][nt][e] = f(acc[mt][nt][e]);
 }
 
 template <int NT, int MT>
