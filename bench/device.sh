@@ -86,6 +86,13 @@ for step in "$@"; do
         for n in 256 1024; do
             echo "--- convfuse run kb2-91 --batch $n"; timeout 240 .devbuild/convfuse run kb2-91 --batch $n --iters 5 2>&1 | tail -6 || rc=1
         done ;;
+    ablate)  # CLI timings with parts of the fused kernel switched off (bench/ablate.sh staged them; outputs wrong)
+        for a in "kb2-91" "kb2-73 --mode eval" "kb2-73 --mode train"; do
+            for b in .devbuild/convfuse .devbuild/convfuse_abl*; do
+                echo "--- $(basename $b): convfuse run $a"
+                timeout 200 $b run $a --iters ${AB_ITERS:-20} 2>&1 | grep -E "^time" | sed -E 's/ \(median.*//' || rc=1
+            done
+        done 2>&1 | tee "$OUT/ablate.txt" ;;
     report) timeout 560 python3 bench/report.py --out-dir "$OUT" ${REPORT_ARGS:-} 2>&1 | tail -40 || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac

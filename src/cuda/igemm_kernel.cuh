@@ -10,6 +10,13 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+/* Timing ablations for development only (bench/ablate.sh builds them; the results are wrong on purpose). A mask:
+ * 1 no global stores (staging kept), 2 no staging and no stores, 4 no wgmma (operands still loaded),
+ * 8 no epilogue math (softmax, affine, sigmoid). Kept values feed a never-taken store so nothing is dead code. */
+#ifndef CF_IG_ABLATE
+#define CF_IG_ABLATE 0
+#endif
+
 namespace cf {
 
 __device__ __forceinline__ uint32_t tf32_rna(float x)
@@ -312,7 +319,7 @@ __device__ void ig_load_b_wg(const cf_ig_params &p, const ig_smem &s, int ntaps,
         const int off = (ks * p.nchunk + c) * NT * 64 + ((nl >> 3) * 2 + (k >> 2)) * 32 + (nl & 7) * 4 + (k & 3);
         const uint32_t big = tf32_rna(v);
         s.b[off] = __uint_as_float(big);
-        if (PASSES == 3)
+        if (PASSES >= 2)
             s.b[half + off] = __uint_as_float(tf32_rna(v - __uint_as_float(big)));
     }
 }
@@ -321,6 +328,11 @@ template <int NT>
 __device__ __forceinline__ void ig_wgmma(float (&acc)[1][NT][4], const uint32_t (&a)[4], uint64_t desc)
 {
     float(&d)[NT * 4] = *reinterpret_cast<float(*)[NT * 4]>(&acc[0][0][0]);
+    if constexpr ((CF_IG_ABLATE & 4) != 0) {
+        asm volatile("" ::"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+        wgmma_pin(d);
+        return;
+    }
     if constexpr (NT == 16)
         wgmma_m64n128k8_tf32<1>(d, a, desc);
     else if constexpr (NT == 8)
@@ -343,26 +355,37 @@ __device__ __forceinline__ void ig_wg_pair(float (&acc)[1][NT][4], uint32_t (&a0
     wgmma_commit();
 }
 
-/* One 3xTF32 k8 step on the tensor core: A (this thread's 4 fragment values) from registers, B (big and small
- * parts) by descriptor. A splits exactly into big = x with the low 13 bits cleared and small = x - big; small is
- * rounded to TF32 by adding half a TF32 ulp to its bits (the tensor core ignores the low 13 bits): 3 integer/FP
- * instructions per value where cvt.rna.tf32 compiled to 4 for each of the two roundings. */
-template <int NT>
+/* One 3xTF32 (P = 3) or 2xTF32 (P = 2) k8 step on the tensor core: A (this thread's 4 fragment values) from
+ * registers, B (big and small parts) by descriptor.
+ * P = 3: A splits exactly into big = x with the low 13 bits cleared and small = x - big; small is rounded to TF32
+ * by adding half a TF32 ulp to its bits (the tensor core ignores the low 13 bits): 3 integer/FP instructions per
+ * value where cvt.rna.tf32 compiled to 4 for each of the two roundings. Products big*big + big*small + small*big.
+ * P = 2 (the batch-norm statistics pass): A rounded to nearest TF32 (half an ulp added, low bits cleared), B split:
+ * x_r*big + x_r*small. The error x - x_r is unbiased and uncorrelated with the output, so the channel mean and
+ * variance keep fp32 accuracy (docs/kb2_73.md); truncating A instead would bias the mean by ~2^-11. */
+template <int NT, int P = 3>
 __device__ __forceinline__ void ig_wg_step3(const float (&av)[4], uint64_t dbig, uint64_t dsmall, uint32_t (&abig)[4],
                                             uint32_t (&asmall)[4], float (&acc)[1][NT][4])
 {
+    static_assert(P == 2 || P == 3, "3xTF32 or 2xTF32");
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-        abig[q] = __float_as_uint(av[q]) & 0xffffe000u;
-        asmall[q] = __float_as_uint(av[q] - __uint_as_float(abig[q])) + 0x1000u;
+        if constexpr (P == 3) {
+            abig[q] = __float_as_uint(av[q]) & 0xffffe000u;
+            asmall[q] = __float_as_uint(av[q] - __uint_as_float(abig[q])) + 0x1000u;
+        } else {
+            abig[q] = (__float_as_uint(av[q]) + 0x1000u) & 0xffffe000u;
+        }
     }
     /* every wgmma input is final before the fence: ptxas serialises the wgmma pipeline (C7513) when an ordinary
      * instruction defines one of them between the fence and the wgmma */
     asm volatile("" : "+l"(dbig), "+l"(dsmall));
     wgmma_pin(abig);
-    wgmma_pin(asmall);
+    if constexpr (P == 3)
+        wgmma_pin(asmall);
     wgmma_fence();
-    ig_wgmma<NT>(acc, asmall, dbig); /* small*big + big*small, then big*big */
+    if constexpr (P == 3)
+        ig_wgmma<NT>(acc, asmall, dbig); /* small*big + big*small, then big*big */
     ig_wgmma<NT>(acc, abig, dsmall);
     ig_wgmma<NT>(acc, abig, dbig);
     wgmma_commit();
@@ -705,11 +728,11 @@ __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const i
             for (int st = 0; st < nsteps; st += 2) {
                 float av[4];
                 feed.load(av, base, st);
-                ig_wg_step3<NT>(av, d, d + dsmall, a0, s0, acc);
+                ig_wg_step3<NT, PASSES>(av, d, d + dsmall, a0, s0, acc);
                 d += dstep;
                 if (st + 1 < nsteps) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520) */
                     feed.load(av, base, st + 1);
-                    ig_wg_step3<NT>(av, d, d + dsmall, a1, s1, acc);
+                    ig_wg_step3<NT, PASSES>(av, d, d + dsmall, a1, s1, acc);
                     d += dstep;
                 }
             }
@@ -780,11 +803,11 @@ __device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_s
         for (int ks = 0; ks < nks; ks += 2) {
             float av[4];
             feed.fetch(av);
-            ig_wg_step3<NT>(av, dbase + (uint64_t)(ks * dstep), dsmall + (uint64_t)(ks * dstep), a0, s0, acc);
+            ig_wg_step3<NT, PASSES>(av, dbase + (uint64_t)(ks * dstep), dsmall + (uint64_t)(ks * dstep), a0, s0, acc);
             if (ks + 1 < nks) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520 in -Xptxas -v) */
                 feed.fetch(av);
-                ig_wg_step3<NT>(av, dbase + (uint64_t)((ks + 1) * dstep), dsmall + (uint64_t)((ks + 1) * dstep), a1,
-                                s1, acc);
+                ig_wg_step3<NT, PASSES>(av, dbase + (uint64_t)((ks + 1) * dstep), dsmall + (uint64_t)((ks + 1) * dstep),
+                                        a1, s1, acc);
             }
         }
     }
@@ -966,6 +989,15 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
     const int cbase = chunk * NT * 8 + cg;
     /* a chunk wholly inside C_out needs no channel test (warp-uniform); a lane past the end of the phase
      * writes nothing */
+    if constexpr ((CF_IG_ABLATE & 2) != 0) {
+        float k = 0.f;
+#pragma unroll
+        for (int i = 0; i < MT * NT * 4; ++i)
+            k += (&acc[0][0][0])[i];
+        if (k == 1234.5f)
+            *px.st_ptr = k;
+        return;
+    }
     const bool whole = (chunk + 1) * NT * 8 <= p.cout;
     const int cend = px.st_ok ? p.cout : 0;
     float *dst = px.st_ptr + (int64_t)cbase * plane;
@@ -986,7 +1018,14 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
         for (int it = 0; it < PER; ++it)
             v[it] = stg[ig_stg_idx(cg + it * GROUPS, pl)];
         __syncwarp();
-        if (whole) {
+        if constexpr ((CF_IG_ABLATE & 1) != 0) {
+            float k = 0.f;
+#pragma unroll
+            for (int it = 0; it < PER; ++it)
+                k += v[it];
+            if (k == 1234.5f)
+                dst[0] = k;
+        } else if (whole) {
             if (px.st_ok)
 #pragma unroll
                 for (int it = 0; it < PER; ++it)
@@ -1118,6 +1157,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
      * cost the NT=16 bodies, at the 128-register cap, 40 -> 200 bytes of spills (ptxas -v) */
     /* PATCH: 0 per-thread gather, 1 input patch by cp.async, 2 input patch by TMA */
     static_assert(WG || PATCH == 0, "the input patch feeds the wgmma main loop only");
+    static_assert(PASSES != 2 || (WG && STATS), "2xTF32 products are for the wgmma statistics pass only");
     /* mma.sync: 8 warps x 32 pixels (two m16 tiles each); wgmma: CF_IG_WGS warpgroups x 64 pixels (16 per warp) */
     constexpr int MT = WG ? 1 : 2;
     extern __shared__ float4 smem_raw[];
@@ -1305,8 +1345,9 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                     }
                 } else
                     ig_mainloop<NT, PASSES, MT>(p, s, px, ntaps, chunk, acc);
-                ig_apply_stages<NT, MT>(p, s, 0, pre_end, chunk, acc);
-                if (p.softmax_stage >= 0) {
+                if ((CF_IG_ABLATE & 8) == 0)
+                    ig_apply_stages<NT, MT>(p, s, 0, pre_end, chunk, acc);
+                if ((CF_IG_ABLATE & 8) == 0 && p.softmax_stage >= 0) {
                     float cm[2 * MT], cl[2 * MT];
                     if (!two_visits) /* KEEP a compile-time flag: a runtime one cost an FSEL per value */
                         ig_chunk_softmax_stats<NT, MT, true>(p, chunk, acc, cm, cl);
