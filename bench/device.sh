@@ -38,7 +38,7 @@ for step in "$@"; do
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
         ls -la "$OUT" ;;
     fuzz)  # the default choice (wgmma + TMA input patch where it fits), then each path and patch variant forced
-        for v in auto sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch; do
+        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch}; do
             echo "--- fuzz, tensor-core path: $v"
             case $v in
             sync) e="CONVFUSE_IG_MMA=sync" ;;
@@ -47,6 +47,7 @@ for step in "$@"; do
             patch-cp.async) e="CONVFUSE_IG_TMA=0" ;;
             patch-tma) e="CONVFUSE_IG_TMA=1" ;;
             patch-4ch) e="CONVFUSE_IG_PATCH_CPS=4" ;;
+            nosplit) e="CONVFUSE_IG_SPLIT=0" ;;
             *) e="DEFAULT=1" ;;
             esac
             env $e timeout 300 .devbuild/fuzz_shapes --backend cuda \

@@ -30,35 +30,41 @@
 typedef void (*ig_kernel_fn)(const cf_ig_params);
 
 struct ig_variant {
-    int nt, passes, stats, wg, patch;
+    int nt, passes, stats, wg, patch, split;
     ig_kernel_fn fn;
 };
 
 /* One CTA per SM, every variant takes the full register file. */
+#define CF_IG_VARIANT(nt, pa, st, wg, pk, sp) {nt, pa, st, wg, pk, sp, cf::cf_ig_kernel<nt, pa, st, wg, pk, sp>}
 #define CF_IG_VARIANTS_S(st, wg, pk)                                                                              \
-    {4, 1, st, wg, pk, cf::cf_ig_kernel<4, 1, st, wg, pk>}, {8, 1, st, wg, pk, cf::cf_ig_kernel<8, 1, st, wg, pk>}, \
-        {16, 1, st, wg, pk, cf::cf_ig_kernel<16, 1, st, wg, pk>},                                                  \
-        {4, 3, st, wg, pk, cf::cf_ig_kernel<4, 3, st, wg, pk>}, {8, 3, st, wg, pk, cf::cf_ig_kernel<8, 3, st, wg, pk>}, \
-        {16, 3, st, wg, pk, cf::cf_ig_kernel<16, 3, st, wg, pk>}
+    CF_IG_VARIANT(4, 1, st, wg, pk, false), CF_IG_VARIANT(8, 1, st, wg, pk, false),                              \
+        CF_IG_VARIANT(16, 1, st, wg, pk, false), CF_IG_VARIANT(4, 3, st, wg, pk, false),                         \
+        CF_IG_VARIANT(8, 3, st, wg, pk, false), CF_IG_VARIANT(16, 3, st, wg, pk, false)
 #define CF_IG_VARIANTS(wg, pk) CF_IG_VARIANTS_S(false, wg, pk), CF_IG_VARIANTS_S(true, wg, pk)
 /* the batch-norm statistics pass on wgmma with the input patch: 2xTF32 (cf_ig_stats_products) */
 #define CF_IG_VARIANTS_2(pk)                                                                                       \
-    {4, 2, true, true, pk, cf::cf_ig_kernel<4, 2, true, true, pk>},                                                \
-        {8, 2, true, true, pk, cf::cf_ig_kernel<8, 2, true, true, pk>},                                            \
-        {16, 2, true, true, pk, cf::cf_ig_kernel<16, 2, true, true, pk>}
+    CF_IG_VARIANT(4, 2, true, true, pk, false), CF_IG_VARIANT(8, 2, true, true, pk, false),                        \
+        CF_IG_VARIANT(16, 2, true, true, pk, false)
 /* mma.sync (8 warps x 32 pixels, any B), wgmma (CF_IG_WGS warpgroups x 64 pixels, B resident) with the per-thread
  * gather, and wgmma with the input patch by cp.async or by TMA (own variants: the other feeds' registers are compiled
  * out; the NT=16 body is at the 128-register cap, where every live value costs a spill), each with and without the
  * batch-norm statistics epilogue */
-static const ig_variant ig_variants[] = {CF_IG_VARIANTS(false, 0), CF_IG_VARIANTS(true, 0), CF_IG_VARIANTS(true, 1),
-                                         CF_IG_VARIANTS(true, 2),   CF_IG_VARIANTS_2(1),      CF_IG_VARIANTS_2(2)};
+static const ig_variant ig_variants[] = {CF_IG_VARIANTS(false, 0),
+                                         CF_IG_VARIANTS(true, 0),
+                                         CF_IG_VARIANTS(true, 1),
+                                         CF_IG_VARIANTS(true, 2),
+                                         CF_IG_VARIANTS_2(1),
+                                         CF_IG_VARIANTS_2(2),
+                                         /* split mode (igemm.cuh): 64 channels per CTA, TF32, the patch */
+                                         CF_IG_VARIANT(8, 1, false, true, 1, true),
+                                         CF_IG_VARIANT(8, 1, false, true, 2, true)};
 #define CF_IG_MAX_BLOCKS_PER_SM 2
 
-static ig_kernel_fn ig_pick(int nt, int passes, int stats, int wg, int patch)
+static ig_kernel_fn ig_pick(int nt, int passes, int stats, int wg, int patch, int split)
 {
     for (size_t i = 0; i < sizeof ig_variants / sizeof ig_variants[0]; ++i)
         if (ig_variants[i].nt == nt && ig_variants[i].passes == passes && ig_variants[i].stats == stats &&
-            ig_variants[i].wg == wg && ig_variants[i].patch == patch)
+            ig_variants[i].wg == wg && ig_variants[i].patch == patch && ig_variants[i].split == split)
             return ig_variants[i].fn;
     return NULL;
 }
@@ -308,11 +314,11 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     p->cin_pad = (p->cin + 7) / 8 * 8;
     p->kc = p->cin_pad / 8;
     const int nt_need = (p->cout + 7) / 8;
-    const int nt = nt_need <= 4 ? 4 : nt_need <= 8 ? 8 : 16;
+    int nt = nt_need <= 4 ? 4 : nt_need <= 8 ? 8 : 16;
     p->nchunk = (nt_need + nt - 1) / nt;
     p->nt_total = p->nchunk * nt;
 
-    int max_taps = 0;
+    int max_taps = 0, split_steps = 0;
     /* Column phases of one row phase run as a cluster over the same pixel-pair tiles (see igemm.cuh). */
     p->cluster = (p->transposed && p->sw > 1 && p->sw <= 8) ? p->sw : 1;
     p->pw_pairs = (p->ow + p->sw - 1) / p->sw;
@@ -323,6 +329,12 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
                          ig_taps_host(p->transposed, qw, p->stride_w, p->pad_w, p->dil_w, p->kw);
         if (taps > max_taps)
             max_taps = taps;
+        if (p->sw == 2 && qw == 0) { /* split mode: a row phase's taps of both column phases */
+            const int both = ig_taps_host(p->transposed, qh, p->stride_h, p->pad_h, p->dil_h, p->kh) *
+                             (ig_taps_host(p->transposed, 0, p->stride_w, p->pad_w, p->dil_w, p->kw) +
+                              ig_taps_host(p->transposed, 1, p->stride_w, p->pad_w, p->dil_w, p->kw));
+            split_steps = both > split_steps ? both : split_steps;
+        }
     }
 
     /* stages of the full chain (the statistics pass uses a prefix, see ig_stages) */
@@ -372,14 +384,28 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     bool patched = false;
     size_t b_patch = 0; /* B in the patch's k8 order: steps of one tap (8 channels) or two taps (4 channels) */
     if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p)) {
-        const int steps = p->pk_cps == 8 ? max_taps : (max_taps + 1) / 2;
-        b_patch = (passes == 3 ? 2 : 1) * (size_t)steps * p->pk_kc * p->nt_total * 64 * 4;
+        int steps = p->pk_cps == 8 ? max_taps : (max_taps + 1) / 2, b_nt = p->nt_total;
+        /* Split mode (igemm.cuh, docs/kb2_91.md): stride-2 column phases with 64 < C_out <= 128. The column-phase
+         * CTAs' stores (every other word of each sector) cost KB2-91 0.66 of its 1.72 ms (bench/ablate.sh). The
+         * CTA's B: both column phases' taps x its 64 channels. CONVFUSE_IG_SPLIT=0 turns it off. */
+        if (p->cluster == 2 && nt == 16 && nt_need > 8 && p->pk_cps == 8 && passes == 1 && bn_train == 0 &&
+            split_steps <= CF_IG_MAX_TAPS && env_int("CONVFUSE_IG_SPLIT", 1, 0, 1)) {
+            p->split = 1;
+            steps = split_steps;
+            b_nt = 8;
+        }
+        b_patch = (passes == 3 ? 2 : 1) * (size_t)steps * p->pk_kc * b_nt * 64 * 4;
         p->a_floats = CF_IG_WGS * p->pk_stages * p->pk_stage;
         if (cf_ig_smem_bytes(p, nt) + b_patch <= limit) {
             p->patch = 1;
             patched = true;
+            if (p->split) { /* two chunks of 8 n8 tiles: chunk = the CTA's rank */
+                nt = 8;
+                p->nchunk = 2;
+            }
         } else {
             p->a_floats = CF_IG_RING_FLOATS;
+            p->split = 0;
         }
     }
     const bool want_wg = patched || force_wg || (!force_sync && passes == 3);
@@ -512,7 +538,7 @@ bool cf_ig_supports(const struct cf_plan *plan, int products, bool chunked, char
     bool softmax = false;
     for (int i = 0; i < plan->chain.length; ++i)
         softmax |= plan->chain.ops[i].kind == CF_OP_SOFTMAX_CHANNELS;
-    const bool needs_chunks = softmax && p.nchunk > 1;
+    const bool needs_chunks = softmax && p.nchunk > 1 && !p.split; /* split mode: one chunk per CTA */
     if (needs_chunks != chunked) {
         snprintf(why, why_size, needs_chunks ? "C_out=%d spans %d channel chunks: the two-visit softmax path serves it"
                                              : "C_out=%d fits one channel chunk (%d): the single-visit path serves it",
@@ -606,7 +632,7 @@ __global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, int cpad,
 static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_count, int max_grid,
                              cudaStream_t stream, int *grid_out)
 {
-    ig_kernel_fn fn = ig_pick(nt, passes, p->stats_mode != 0, p->wg, p->patch ? (p->pk_tma ? 2 : 1) : 0);
+    ig_kernel_fn fn = ig_pick(nt, passes, p->stats_mode != 0, p->wg, p->patch ? (p->pk_tma ? 2 : 1) : 0, p->split);
     const int threads = p->wg ? CF_IG_WGS * 128 : CF_IG_THREADS;
     if (!fn)
         return cf_error(CF_STATUS_INTERNAL_ERROR, "no kernel variant NT=%d products=%d", nt, passes);
@@ -651,9 +677,10 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (grid_out)
         *grid_out = grid;
     if (cf_verbose("launch"))
-        fprintf(stderr, "convfuse: launch: igemm %s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
+        fprintf(stderr, "convfuse: launch: igemm %s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
                         "chunks=%d stats=%d patch_stages=%dx%dch\n", p->wg ? "wgmma" : "mma.sync",
-                p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "", nt, passes, grid, p->cluster, p->pace,
+                p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
+                p->split ? "+split(channel halves x column phases)" : "", nt, passes, grid, p->cluster, p->pace,
                 smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps);
     return CF_STATUS_SUCCESS;
 }

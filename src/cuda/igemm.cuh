@@ -35,6 +35,9 @@
 #define CF_IG_WG_TILE_M (CF_IG_WGS * 64) /* wgmma variant: pixels per tile, 64 per warpgroup */
 #define CF_IG_STAGE_LD 32              /* staging row stride; rows are rotated (ig_stg_idx) so that both the fragment
                                           writes and the row reads are free of bank conflicts */
+#define CF_IG_SPLIT_LD 36 /* split mode: staging row stride (float2 fragment writes and row reads conflict-free) */
+/* split mode: the softmax (max, sum) exchange, float2 [2 slots][warpgroup][column phase][64 pixel pairs] */
+#define CF_IG_XCH_FLOAT2 (2 * CF_IG_WGS * 2 * 64)
 #define CF_IG_MAX_PHASES 64
 #define CF_IG_MAX_TAPS 128
 #define CF_IG_A_STAGES 4 /* cp.async pipeline depth of the A fragments */
@@ -112,6 +115,11 @@ struct cf_ig_params {
     int pk_rows;            /* patch rows (R) per stage buffer: the most any tile needs */
     int pk_tma;             /* stages arrive by one TMA box load each (else 16-byte cp.async by all 128 threads) */
     int pk_prefetch;        /* TMA, one slot: the next tile's first stage is issued before this tile's epilogue */
+    /* Split mode (stride-2 column phases, C_out in two chunks of 64): the cluster's two CTAs split the channels
+     * instead of the column phases. Each computes both column phases of the same pixel pairs for its 64 channels,
+     * the pair exchanges each pixel's softmax (max, sum) through distributed shared memory, and each CTA writes
+     * whole output rows of its channels (a column-phase CTA wrote every other column: half-filled sectors). */
+    int split;
 };
 
 /* Floats of the per-thread A ring (the gathering main loops). */
@@ -124,7 +132,10 @@ static inline size_t cf_ig_smem_bytes(const struct cf_ig_params *p, int nt)
     bytes += (size_t)p->a_floats * 4;                         /* A: per-thread ring or input patches */
     bytes += (size_t)p->ntables * p->nt_total * 8 * 8;        /* affine tables, float2 per channel */
     bytes += (size_t)5 * CF_IG_MAX_TAPS * 4;                  /* tap tables */
-    bytes += (size_t)CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD * 4; /* per-warp store staging: 8 channels x 32 pixels */
+    bytes += (size_t)CF_IG_MAX_WARPS * 8 * (p->split ? CF_IG_SPLIT_LD : CF_IG_STAGE_LD) * 4; /* per-warp store staging:
+                                                                                  8 channels x 32 pixels */
+    if (p->split)
+        bytes += (size_t)CF_IG_XCH_FLOAT2 * 8; /* softmax exchange */
     if (p->stats_mode) {
         bytes += (size_t)CF_IG_MAX_WARPS * p->nt_total * 8 * 2 * 4 + CF_IG_MAX_WARPS * 4; /* per-warp running stats */
     }

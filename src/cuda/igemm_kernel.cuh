@@ -46,7 +46,9 @@ struct ig_smem {
                        in a patch buffer; odd hi = that half is zero (see ig_patch_feed) */
     float *run_mean, *run_m2; /* [warp][C_out padded]: the warp's running statistics over its tiles */
     int *run_cnt;             /* [warp] */
-    float *stage; /* [warp][8 channels][CF_IG_STAGE_LD]: fragment -> row-major transpose for coalesced stores */
+    float *stage; /* [warp][8 channels][CF_IG_STAGE_LD or CF_IG_SPLIT_LD]: fragment -> row-major transpose for
+                     coalesced stores */
+    float2 *xch;  /* split mode: softmax (max, sum) per pixel, written by the peer CTA (CF_IG_XCH_FLOAT2) */
 };
 
 template <int NT>
@@ -66,7 +68,8 @@ __device__ __forceinline__ ig_smem ig_carve(const cf_ig_params &p, float *base)
     s.step_off = reinterpret_cast<int2 *>(s.tap_widx + CF_IG_MAX_TAPS);
     /* same order as cf_ig_smem_bytes: staging before the statistics, which exist only in stats mode */
     s.stage = reinterpret_cast<float *>(s.step_off + CF_IG_MAX_TAPS);
-    s.run_mean = s.stage + CF_IG_MAX_WARPS * 8 * CF_IG_STAGE_LD;
+    s.xch = reinterpret_cast<float2 *>(s.stage + CF_IG_MAX_WARPS * 8 * (p.split ? CF_IG_SPLIT_LD : CF_IG_STAGE_LD));
+    s.run_mean = reinterpret_cast<float *>(s.xch + (p.split ? CF_IG_XCH_FLOAT2 : 0));
     s.run_m2 = s.run_mean + CF_IG_MAX_WARPS * p.nt_total * 8;
     s.run_cnt = reinterpret_cast<int *>(s.run_m2 + CF_IG_MAX_WARPS * p.nt_total * 8);
     return s;
@@ -292,10 +295,13 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
  * chunk) a block of 8*NT x 8 values, core matrix (n/8, k/4) of 8 rows x 16 bytes at ((n/8)*2 + k/4) * 128 B
  * (descriptor lbo = 128, sbo = 256; dev/wgmma_probe.cu checks this on the device). 3xTF32 keeps the small
  * parts in a second copy b_floats/2 further. */
+/* B for the wgmma main loops: nnt n8 tiles of channels from n_base (split mode: the CTA's half; else all) in
+ * nchunks chunks of NT */
 template <int NT, int PASSES>
-__device__ void ig_load_b_wg(const cf_ig_params &p, const ig_smem &s, int ntaps, int nks)
+__device__ void ig_load_b_wg(const cf_ig_params &p, const ig_smem &s, int ntaps, int nks, int n_base, int nnt,
+                             int nchunks)
 {
-    const int per_ks = p.nt_total * 64, half = p.b_floats / 2;
+    const int per_ks = nnt * 64, half = p.b_floats / 2;
     for (int e = threadIdx.x; e < nks * per_ks; e += blockDim.x) {
         const int ks = e / per_ks, rem = e - ks * per_ks, n = rem >> 3, k = rem & 7;
         float v;
@@ -306,17 +312,17 @@ __device__ void ig_load_b_wg(const cf_ig_params &p, const ig_smem &s, int ntaps,
             const int nsteps = p.pk_cps == 8 ? ntaps : (ntaps + 1) / 2;
             const int kb = ks / nsteps, st = ks - kb * nsteps;
             if (p.pk_cps == 8) {
-                v = ig_wei(p, s.tap_widx[st], kb * 8 + (k < 4 ? 2 * k : 2 * (k - 4) + 1), n);
+                v = ig_wei(p, s.tap_widx[st], kb * 8 + (k < 4 ? 2 * k : 2 * (k - 4) + 1), n_base + n);
             } else {
                 const int tap = 2 * st + (k >> 2);
-                v = tap < ntaps ? ig_wei(p, s.tap_widx[tap], kb * 4 + (k & 3), n) : 0.f;
+                v = tap < ntaps ? ig_wei(p, s.tap_widx[tap], kb * 4 + (k & 3), n_base + n) : 0.f;
             }
         } else {
             const int tap = ks / p.kc, kcl = ks - tap * p.kc; /* k8 steps are tap-major, channel-minor */
-            v = ig_wei(p, s.tap_widx[tap], kcl * 8 + k, n);
+            v = ig_wei(p, s.tap_widx[tap], kcl * 8 + k, n_base + n);
         }
         const int c = n / (8 * NT), nl = n - c * 8 * NT;
-        const int off = (ks * p.nchunk + c) * NT * 64 + ((nl >> 3) * 2 + (k >> 2)) * 32 + (nl & 7) * 4 + (k & 3);
+        const int off = (ks * nchunks + c) * NT * 64 + ((nl >> 3) * 2 + (k >> 2)) * 32 + (nl & 7) * 4 + (k & 3);
         const uint32_t big = tf32_rna(v);
         s.b[off] = __uint_as_float(big);
         if (PASSES >= 2)
@@ -654,6 +660,59 @@ __device__ __forceinline__ int2 ig_patch_first(const cf_ig_params &p)
     return make_int2(wt / chunks, wt % chunks);
 }
 
+/* TF32 k8 steps [st0, st0 + n) of the patch stage at `base` into acc; d is the B descriptor of step st0, returned
+ * advanced past the last step. Steps in pairs, one wgmma group each, A in two register sets used in turn: the next
+ * pair is read into the free set while the group runs, and the group is waited for before its set is refilled.
+ * Overwriting A registers of a group still in flight (wait_group 1) made ptxas serialise every wgmma (C7513); one
+ * set copied into the operands cost 8 moves per pair. TF32 operands by truncation: the tensor core reads the top 19
+ * bits of the fp32 values as they are (cvt.rna.tf32 compiled to 4 instructions per value; error still ~1e-6 at the
+ * KB2-91 shape). */
+template <int NT, bool TMA>
+__device__ __forceinline__ uint64_t ig_patch_steps1(const ig_patch_feed<TMA> &feed, uint32_t base, int st0, int n,
+                                                   uint64_t d, uint64_t dstep, float (&acc)[1][NT][4])
+{
+    const int np = n >> 1;
+    uint32_t x0[4], x1[4], y0[4], y1[4];
+    if (np > 0) {
+        feed.load(x0, base, st0);
+        feed.load(x1, base, st0 + 1);
+    }
+    for (int i = 0; i < np; i += 2) {
+        const bool more = i + 1 < np;
+        ig_wg_pair<NT>(acc, x0, x1, d, d + dstep);
+        if (more) {
+            feed.load(y0, base, st0 + 2 * i + 2);
+            feed.load(y1, base, st0 + 2 * i + 3);
+        }
+        wgmma_wait<0>();
+        wgmma_pin(x0);
+        wgmma_pin(x1);
+        if (more) {
+            ig_wg_pair<NT>(acc, y0, y1, d + 2 * dstep, d + 3 * dstep);
+            if (i + 2 < np) {
+                feed.load(x0, base, st0 + 2 * i + 4);
+                feed.load(x1, base, st0 + 2 * i + 5);
+            }
+            wgmma_wait<0>();
+            wgmma_pin(y0);
+            wgmma_pin(y1);
+        }
+        d += more ? 4 * dstep : 2 * dstep;
+    }
+    if (n & 1) { /* the odd last step, paired with zeros */
+        feed.load(x0, base, st0 + n - 1);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            x1[q] = 0u;
+        ig_wg_pair<NT>(acc, x0, x1, d, d);
+        d += dstep;
+        wgmma_wait<0>();
+        wgmma_pin(x0);
+        wgmma_pin(x1);
+    }
+    return d;
+}
+
 /* acc = conv of this warpgroup's 64 pixels x chunk's channels, A from the input patch, B resident. Stage-major,
  * step-minor k8 steps (ig_load_b_wg's order). The ring and stage work is done once per stage; a step costs its
  * 4 LDS, their addresses and its wgmma (the generic fetch had spent ~150 instructions per pair of steps on slot
@@ -672,54 +731,8 @@ __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const i
     uint64_t d = wgmma_desc(s.b + chunk * NT * 64, 128, 256);
     const uint64_t dstep = (uint64_t)((uint32_t)p.nchunk * NT * 16);
     if constexpr (PASSES == 1) {
-        /* Steps in pairs, one wgmma group each, A in two register sets used in turn: the next pair is read into
-         * the free set while the group runs, and the group is waited for before its set is refilled. Overwriting
-         * A registers of a group still in flight (wait_group 1) made ptxas serialise every wgmma (C7513); one set
-         * copied into the operands cost 8 moves per pair. TF32 operands by truncation: the tensor core reads the
-         * top 19 bits of the fp32 values as they are (cvt.rna.tf32 compiled to 4 instructions per value; error
-         * still ~1e-6 at the KB2-91 shape). */
-        const int np = nsteps >> 1;
-        for (int kb = 0; kb < p.pk_kc; ++kb) {
-            const uint32_t base = feed.stage(kb);
-            uint32_t x0[4], x1[4], y0[4], y1[4];
-            if (np > 0) {
-                feed.load(x0, base, 0);
-                feed.load(x1, base, 1);
-            }
-            for (int i = 0; i < np; i += 2) {
-                const bool more = i + 1 < np;
-                ig_wg_pair<NT>(acc, x0, x1, d, d + dstep);
-                if (more) {
-                    feed.load(y0, base, 2 * i + 2);
-                    feed.load(y1, base, 2 * i + 3);
-                }
-                wgmma_wait<0>();
-                wgmma_pin(x0);
-                wgmma_pin(x1);
-                if (more) {
-                    ig_wg_pair<NT>(acc, y0, y1, d + 2 * dstep, d + 3 * dstep);
-                    if (i + 2 < np) {
-                        feed.load(x0, base, 2 * i + 4);
-                        feed.load(x1, base, 2 * i + 5);
-                    }
-                    wgmma_wait<0>();
-                    wgmma_pin(y0);
-                    wgmma_pin(y1);
-                }
-                d += more ? 4 * dstep : 2 * dstep;
-            }
-            if (nsteps & 1) { /* the odd last step, paired with zeros */
-                feed.load(x0, base, nsteps - 1);
-#pragma unroll
-                for (int q = 0; q < 4; ++q)
-                    x1[q] = 0u;
-                ig_wg_pair<NT>(acc, x0, x1, d, d);
-                d += dstep;
-                wgmma_wait<0>();
-                wgmma_pin(x0);
-                wgmma_pin(x1);
-            }
-        }
+        for (int kb = 0; kb < p.pk_kc; ++kb)
+            d = ig_patch_steps1<NT>(feed, feed.stage(kb), 0, nsteps, d, dstep, acc);
     } else {
         const uint64_t dsmall = (uint64_t)((uint32_t)p.b_floats / 2 / 4); /* small parts: b_floats/2 further */
         uint32_t a0[4], s0[4], a1[4], s1[4];
@@ -744,6 +757,31 @@ __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const i
     feed.after();
     wgmma_wait<0>();
     wgmma_pin(*reinterpret_cast<float(*)[NT * 4]>(&acc[0][0][0]));
+}
+
+/* Split mode: acc0 / acc1 = the conv of this warpgroup's 64 pixel pairs, column phase 0 / 1, x the CTA's channels
+ * (TF32). A stage's k8 steps are phase 0's taps (ns0 of them), then phase 1's; B holds them in that order. */
+template <int NT, bool TMA>
+__device__ __forceinline__ void ig_mainloop_split(const cf_ig_params &p, const ig_smem &s, ig_patch_feed<TMA> &feed,
+                                                  int ns0, float (&acc0)[1][NT][4], float (&acc1)[1][NT][4])
+{
+    ig_map<NT, 1>(acc0, [](float) { return 0.f; });
+    ig_map<NT, 1>(acc1, [](float) { return 0.f; });
+    const int nsteps = feed.nsteps;
+    if (nsteps == 0)
+        return;
+    feed.prime();
+    uint64_t d = wgmma_desc(s.b, 128, 256);
+    const uint64_t dstep = (uint64_t)((uint32_t)NT * 16);
+    for (int kb = 0; kb < p.pk_kc; ++kb) {
+        const uint32_t base = feed.stage(kb);
+        d = ig_patch_steps1<NT>(feed, base, 0, ns0, d, dstep, acc0);
+        d = ig_patch_steps1<NT>(feed, base, ns0, nsteps - ns0, d, dstep, acc1);
+    }
+    feed.after();
+    wgmma_wait<0>();
+    wgmma_pin(*reinterpret_cast<float(*)[NT * 4]>(&acc0[0][0][0]));
+    wgmma_pin(*reinterpret_cast<float(*)[NT * 4]>(&acc1[0][0][0]));
 }
 
 /* acc = conv of this thread's 2 pixels x chunk's channels on wgmma (B resident); k8 steps in the feed's order. */
@@ -1040,6 +1078,112 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
     }
 }
 
+/* ---- split mode (igemm.cuh, cf_ig_params::split): the two CTAs of a cluster hold the two channel halves ---- */
+
+/* this CTA's shared address `addr` as seen from CTA `rank` of the cluster */
+__device__ __forceinline__ uint32_t ig_mapa(uint32_t addr, uint32_t rank)
+{
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+
+/* wait for phase `parity` of a local mbarrier that the peer CTA arrives on (acquire at cluster scope: its remote
+ * stores before the arrive are visible after) */
+__device__ __forceinline__ void ig_mbar_wait_cluster(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\nCF_MBAR_WAIT_CL:\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra CF_MBAR_WAIT_CL;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* The channel softmax across the pair: m[h][r], l[h][r] are this CTA's max and sum of exp(x - max) over its channels
+ * for column phase h and pixel row r (pair 16*warp + g + 8r of the warpgroup), with acc already exp(x - max). The
+ * quad's lane t = 0 writes them into the peer's exchange slot and arrives on the peer's barrier; every thread waits
+ * for the peer's values in its own slot, and acc becomes exp(x - M) / L with M, L over both halves. Two slots used
+ * in turn (tile count k): the peer writes a slot again only after it has waited for this CTA's next arrival, which
+ * comes after this CTA's reads of the slot. */
+template <int NT>
+__device__ __forceinline__ void ig_split_softmax(const ig_smem &s, uint32_t bars, uint32_t peer, uint32_t k,
+                                                 const float (&m)[2][2], const float (&l)[2][2], float (&acc0)[1][NT][4],
+                                                 float (&acc1)[1][NT][4])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, wg = threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3;
+    const uint32_t slot = k & 1u, bar = bars + 8u * (slot * CF_IG_WGS + wg);
+    float2 *xb = s.xch + (slot * CF_IG_WGS + wg) * 2 * 64; /* [column phase][pair] */
+    if ((lane & 3) == 0) {
+        const uint32_t rx = ig_mapa((uint32_t)__cvta_generic_to_shared(xb), peer);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(rx + 8u * (h * 64 + wl * 16 + g + 8 * r)),
+                             "f"(m[h][r]), "f"(l[h][r])
+                             : "memory");
+        asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(ig_mapa(bar, peer)) : "memory");
+    }
+    ig_mbar_wait_cluster(bar, (k >> 1) & 1u);
+    float f[2][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float2 o = xb[h * 64 + wl * 16 + g + 8 * r];
+            const float mm = fmaxf(m[h][r], o.x);
+            const float own = cf_ex2((m[h][r] - mm) * CF_LOG2E);
+            f[h][r] = own * cf_rcp(l[h][r] * own + o.y * cf_ex2((o.x - mm) * CF_LOG2E));
+        }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            acc0[0][nt][e] *= f[0][e >> 1];
+            acc1[0][nt][e] *= f[1][e >> 1];
+        }
+}
+
+/* Split mode store: per 8-channel slab the warp interleaves its two column phases (float2 writes, pair = 2 output
+ * columns) into an 8 x 32 staging block, and each channel's 32 consecutive output columns go out with one store
+ * instruction (lane = column): whole sectors, where a column-phase CTA wrote every other word of each. */
+template <int NT>
+__device__ __forceinline__ void ig_store_split(const cf_ig_params &p, const ig_smem &s, const ig_pixels<1> &px,
+                                               int chunk, const float (&acc0)[1][NT][4], const float (&acc1)[1][NT][4])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float *stg = s.stage + (threadIdx.x >> 5) * 8 * CF_IG_SPLIT_LD;
+    const int plane = p.oh * p.ow, cbase = chunk * NT * 8;
+    const bool whole = (chunk + 1) * NT * 8 <= p.cout;
+    float *dst = px.st_ptr + (int64_t)cbase * plane;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) /* rows 2t + (e & 1), pairs g + 8 (e >> 1): banks 8t + 2g + ... distinct */
+            *reinterpret_cast<float2 *>(&stg[(2 * t + (e & 1)) * CF_IG_SPLIT_LD + 2 * (g + 8 * (e >> 1))]) =
+                make_float2(acc0[0][nt][e], acc1[0][nt][e]);
+        __syncwarp();
+        float v[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+            v[c] = stg[c * CF_IG_SPLIT_LD + lane];
+        __syncwarp();
+        if (px.st_ok) {
+            if (whole) {
+#pragma unroll
+                for (int c = 0; c < 8; ++c)
+                    dst[c * plane] = v[c];
+            } else {
+#pragma unroll
+                for (int c = 0; c < 8; ++c)
+                    if (cbase + nt * 8 + c < p.cout)
+                        dst[c * plane] = v[c];
+            }
+        }
+        dst += 8 * plane;
+    }
+}
+
 /* Reduce V values per lane over the 8 lanes of a quad column (lane bits 2-4) by halving: at each step a lane keeps
  * one half of its values and adds the partner's copy of that half, so 7V/8 shuffles instead of 3V. Afterwards
  * v[i], i < V/8, holds the sum of original index ig_bfly_index<V>(i, lane). */
@@ -1149,7 +1293,7 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
     __syncwarp();
 }
 
-template <int NT, int PASSES, bool STATS, bool WG, int PATCH>
+template <int NT, int PASSES, bool STATS, bool WG, int PATCH, bool SPLIT>
 __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
     cf_ig_kernel(const __grid_constant__ cf_ig_params p)
 {
@@ -1158,11 +1302,17 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
     /* PATCH: 0 per-thread gather, 1 input patch by cp.async, 2 input patch by TMA */
     static_assert(WG || PATCH == 0, "the input patch feeds the wgmma main loop only");
     static_assert(PASSES != 2 || (WG && STATS), "2xTF32 products are for the wgmma statistics pass only");
+    /* SPLIT: the cluster's two CTAs split the channels, each computing both column phases (cf_ig_params::split) */
+    static_assert(!SPLIT || (WG && PATCH != 0 && PASSES == 1 && !STATS), "split mode: TF32 wgmma with the patch");
     /* mma.sync: 8 warps x 32 pixels (two m16 tiles each); wgmma: CF_IG_WGS warpgroups x 64 pixels (16 per warp) */
     constexpr int MT = WG ? 1 : 2;
     extern __shared__ float4 smem_raw[];
-    __shared__ int sh_ntaps, sh_nt[2], sh_k[2][CF_IG_MAX_TAPS], sh_c[2][CF_IG_MAX_TAPS], sh_cmin, sh_rows;
+    /* taps: [0] rows, [1] columns (split mode: of column phase 0), [2] split mode: columns of column phase 1 */
+    constexpr int NTD = SPLIT ? 3 : 2;
+    __shared__ int sh_ntaps, sh_ntaps0, sh_nt[NTD], sh_k[NTD][CF_IG_MAX_TAPS], sh_c[NTD][CF_IG_MAX_TAPS], sh_cmin,
+        sh_rows;
     __shared__ alignas(8) uint64_t sh_pk_bar[PATCH == 2 ? 4 * 2 : 1]; /* TMA patch: [warpgroup][ring slot] */
+    __shared__ alignas(8) uint64_t sh_x_bar[SPLIT ? 2 * CF_IG_WGS : 1]; /* split: the exchange, [slot][warpgroup] */
     ig_smem s = ig_carve<NT>(p, reinterpret_cast<float *>(smem_raw));
     s.pk_bar = sh_pk_bar;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
@@ -1177,6 +1327,19 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         fence_proxy_async(); /* the zeroed halos -> the TMA (async proxy) writes next to them */
+    }
+    uint32_t x_bars = 0, x_peer = 0, x_k = 0; /* split: exchange barriers, the peer CTA, tiles done */
+    if constexpr (SPLIT) {
+        x_bars = (uint32_t)__cvta_generic_to_shared(sh_x_bar);
+        asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(x_peer));
+        x_peer ^= 1u;
+        if (threadIdx.x == 0) {
+            for (int b = 0; b < 2 * CF_IG_WGS; ++b)
+                ig_mbar_init(x_bars + 8u * b, 32); /* lane t = 0 of each of the peer warpgroup's 32 quads */
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        /* both CTAs' barriers exist before either arrives on the other's */
+        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
     }
     if (STATS) {
         for (int c = threadIdx.x; c < CF_IG_MAX_WARPS * p.nt_total * 8; c += blockDim.x) {
@@ -1195,7 +1358,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
     const int cid = blockIdx.x / p.cluster, ncl = gridDim.x / p.cluster;
     const int t_begin = (int)((int64_t)cid * p.num_tiles / ncl);
     const int t_end = (int)((int64_t)(cid + 1) * p.num_tiles / ncl);
-    int grp = -1, q = -1, ntaps = 0, ph = 0, pw = 0, qh = 0, qw = 0, pk_cmin = 0, pk_rows = 0;
+    int grp = -1, q = -1, ntaps = 0, ntaps0 = 0, ph = 0, pw = 0, qh = 0, qw = 0, pk_cmin = 0, pk_rows = 0;
     const int a_h = p.transposed ? 1 : p.stride_h, a_w = p.transposed ? 1 : p.stride_w;
     const int2 pk_first = PATCH != 0 ? ig_patch_first(p) : make_int2(0, 0);
     uint32_t pk_ring = 0; /* the patch ring's slot parities and next slot (ig_patch_feed::ring) */
@@ -1221,8 +1384,13 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             __syncthreads(); /* everyone is done with the previous phase's taps and B */
             if (threadIdx.x == 0) {
                 sh_nt[0] = ig_taps_1d(p.transposed, qh, p.stride_h, p.pad_h, p.dil_h, p.kh, sh_k[0], sh_c[0]);
-                sh_nt[1] = ig_taps_1d(p.transposed, qw, p.stride_w, p.pad_w, p.dil_w, p.kw, sh_k[1], sh_c[1]);
-                sh_ntaps = sh_nt[0] * sh_nt[1];
+                sh_nt[1] = ig_taps_1d(p.transposed, SPLIT ? 0 : qw, p.stride_w, p.pad_w, p.dil_w, p.kw, sh_k[1], sh_c[1]);
+                sh_ntaps = sh_ntaps0 = sh_nt[0] * sh_nt[1];
+                if constexpr (SPLIT) {
+                    sh_nt[NTD - 1] = ig_taps_1d(p.transposed, 1, p.stride_w, p.pad_w, p.dil_w, p.kw, sh_k[NTD - 1],
+                                                sh_c[NTD - 1]);
+                    sh_ntaps += sh_nt[0] * sh_nt[NTD - 1];
+                }
                 int cmn = 0, cmx = 0;
                 for (int a = 0; a < sh_nt[0]; ++a) {
                     cmn = a == 0 ? sh_c[0][a] : min(cmn, sh_c[0][a]);
@@ -1232,17 +1400,29 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                 sh_rows = cmx - cmn + 1;
             }
             __syncthreads();
+            /* tap tp: row tap a, column tap b (split mode: column phase 0's taps first, then phase 1's) */
+            auto tap_ab = [&](int tp, int &a, int &b, int &cd) {
+                cd = 1;
+                if (SPLIT && tp >= sh_ntaps0) {
+                    tp -= sh_ntaps0;
+                    cd = NTD - 1;
+                }
+                a = tp / sh_nt[cd];
+                b = tp - a * sh_nt[cd];
+            };
             for (int tp = threadIdx.x; tp < sh_ntaps; tp += blockDim.x) {
-                const int a = tp / sh_nt[1], b = tp - a * sh_nt[1];
+                int a, b, cd;
+                tap_ab(tp, a, b, cd);
                 s.tap_dh[tp] = sh_c[0][a];
-                s.tap_dw[tp] = sh_c[1][b];
-                s.tap_widx[tp] = sh_k[0][a] * p.kw + sh_k[1][b];
+                s.tap_dw[tp] = sh_c[cd][b];
+                s.tap_widx[tp] = sh_k[0][a] * p.kw + sh_k[cd][b];
             }
             if (PATCH != 0) { /* the patch main loop's step table (bytes; see ig_patch_feed) */
                 const int C = p.pk_cps, ns = C == 8 ? sh_ntaps : (sh_ntaps + 1) / 2;
                 auto toff = [&](int tp) {
-                    const int a = tp / sh_nt[1], b = tp - a * sh_nt[1];
-                    return ((sh_c[0][a] - sh_cmin) * C * p.pk_ld + sh_c[1][b]) * 4;
+                    int a, b, cd;
+                    tap_ab(tp, a, b, cd);
+                    return ((sh_c[0][a] - sh_cmin) * C * p.pk_ld + sh_c[cd][b]) * 4;
                 };
                 for (int st = threadIdx.x; st < ns; st += blockDim.x) {
                     const int lo = toff(C == 8 ? st : 2 * st);
@@ -1252,13 +1432,16 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             }
             __syncthreads();
             ntaps = sh_ntaps;
+            ntaps0 = sh_ntaps0;
             pk_cmin = sh_cmin;
             pk_rows = sh_rows;
             if (p.resident) {
                 if constexpr (WG) {
                     ig_load_b_wg<NT, PASSES>(p, s, ntaps,
                                              PATCH != 0 ? p.pk_kc * (p.pk_cps == 8 ? ntaps : (ntaps + 1) / 2)
-                                                        : ntaps * p.kc);
+                                                        : ntaps * p.kc,
+                                             SPLIT ? (int)rank * NT * 8 : 0, SPLIT ? NT : p.nt_total,
+                                             SPLIT ? 1 : p.nchunk);
                     fence_proxy_async(); /* generic-proxy stores -> the tensor core's async proxy */
                 } else {
                     ig_load_b<PASSES>(p, s, 0, ntaps * p.kc, 0, p.nt_total);
@@ -1295,17 +1478,54 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                 px.src_img[r] = p.src + (int64_t)img * p.cin * p.h * p.w;
             }
 
-            {   /* the pixel this lane stores: warp pixel lane % (16*MT) */
-                const int m = m0 + (lane % (16 * MT));
+            {   /* the pixel this lane stores: warp pixel lane % (16*MT); split mode: pair lane / 2, column phase
+                   lane % 2 (ig_store_split) */
+                const int m = m0 + (SPLIT ? lane >> 1 : lane % (16 * MT)), cq = SPLIT ? lane & 1 : qw;
                 const int mm = m < mq ? m : 0;
                 const int img = patch ? t_img : mm / (ph * pw), rem = mm - (patch ? 0 : img * ph * pw);
                 const int j = rem / pw, i = rem - j * pw;
-                px.st_ok = m < mq && qw + p.sw * i < p.ow;
-                px.st_ptr = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (qw + p.sw * i));
+                px.st_ok = m < mq && cq + p.sw * i < p.ow;
+                px.st_ptr = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (cq + p.sw * i));
             }
         };
         if constexpr (!late_px)
             make_px();
+        /* TMA, one main loop per tile: the ring starts the next tile's first stage (same phase group, so the same
+         * taps and patch geometry) during this tile */
+        auto next_stage = [&](bool allowed, int &nx_img, int &nx_iy0) {
+            nx_img = -1;
+            nx_iy0 = 0;
+            if (PATCH == 2 && allowed && p.pk_prefetch && ntaps > 0 && tile + 1 < t_end &&
+                tile + 1 < p.tile_start[grp + 1]) {
+                const int tn = tl + 1;
+                nx_img = tn / tpi;
+                const int mb = min((tn - nx_img * tpi) * TM + (warp >> 2) * 64, ph * pw - 1);
+                nx_iy0 = a_h * (mb / pw) + pk_cmin;
+            }
+        };
+        if constexpr (SPLIT) { /* this CTA's channel half (chunk = rank) of both column phases */
+            float acc0[1][NT][4], acc1[1][NT][4];
+            int nx_img, nx_iy0;
+            next_stage(true, nx_img, nx_iy0);
+            ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows, ntaps,
+                                           pk_first, pk_ring, pk_pre, nx_img, nx_iy0);
+            ig_mainloop_split<NT, PATCH == 2>(p, s, feed, ntaps0, acc0, acc1);
+            pk_pre = nx_img >= 0;
+            make_px();
+            const int chunk = (int)rank, pre_end = p.softmax_stage >= 0 ? p.softmax_stage : p.nstage;
+            ig_apply_stages<NT, 1>(p, s, 0, pre_end, chunk, acc0);
+            ig_apply_stages<NT, 1>(p, s, 0, pre_end, chunk, acc1);
+            if (p.softmax_stage >= 0) {
+                float sm[2][2], sl[2][2];
+                ig_chunk_softmax_stats<NT, 1, true>(p, chunk, acc0, sm[0], sl[0]);
+                ig_chunk_softmax_stats<NT, 1, true>(p, chunk, acc1, sm[1], sl[1]);
+                ig_split_softmax<NT>(s, x_bars, x_peer, x_k++, sm, sl, acc0, acc1);
+                ig_apply_stages<NT, 1>(p, s, pre_end + 1, p.nstage, chunk, acc0);
+                ig_apply_stages<NT, 1>(p, s, pre_end + 1, p.nstage, chunk, acc1);
+            }
+            ig_store_split<NT>(p, s, px, chunk, acc0, acc1);
+            continue;
+        }
         /* One code path for both softmax cases (a second inlined copy of the main loop and epilogue
          * doubled the code). With all of C_out in one chunk the softmax uses the chunk's own max/sum;
          * otherwise visit 0 accumulates an online max/sum over the chunks and visit 1 recomputes and writes. */
@@ -1322,16 +1542,8 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             for (int chunk = 0; chunk < p.nchunk; ++chunk) {
                 if constexpr (WG) {
                     if constexpr (patch) {
-                        /* TMA, one main loop per tile: the ring starts the next tile's first stage (same phase group,
-                         * so the same taps and patch geometry) during this tile */
-                        int nx_img = -1, nx_iy0 = 0;
-                        if (PATCH == 2 && p.pk_prefetch && p.nchunk == 1 && !two_visits && ntaps > 0 &&
-                            tile + 1 < t_end && tile + 1 < p.tile_start[grp + 1]) {
-                            const int tn = tl + 1;
-                            nx_img = tn / tpi;
-                            const int mb = min((tn - nx_img * tpi) * TM + (warp >> 2) * 64, ph * pw - 1);
-                            nx_iy0 = a_h * (mb / pw) + pk_cmin;
-                        }
+                        int nx_img, nx_iy0;
+                        next_stage(p.nchunk == 1 && !two_visits, nx_img, nx_iy0);
                         ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows,
                                                        p.pk_cps == 8 ? ntaps : (ntaps + 1) / 2, pk_first, pk_ring,
                                                        pk_pre, nx_img, nx_iy0);

@@ -119,6 +119,29 @@ def test_nan_inputs_propagate_like_torch():
     gpu_case(case, torch.Generator().manual_seed(11))
 
 
+# Split mode (docs/kb2_91.md v12): stride-2 column phases with 64 < C_out <= 128 (W a multiple of 4, TF32) run as a
+# cluster of two CTAs holding the channel halves of both column phases, exchanging each pixel's softmax (max, sum).
+# The launch log must name the path; CONVFUSE_IG_SPLIT=0 runs the column-phase pair on the same cases.
+SPLIT_CASES = [
+    Case(True, 1, 64, 16, 16, 128, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN),
+    Case(True, 2, 13, 9, 12, 72, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN),  # 2 and 1 column taps
+    Case(True, 3, 8, 7, 8, 100, (5, 4), (3, 2), (2, 1), (0, 1), (1, 1), False, KB91_CHAIN),
+    Case(True, 1, 20, 5, 4, 65, (4, 3), (2, 2), (0, 0), (0, 1), (1, 2), True, KB91_CHAIN),  # column dilation 2
+    Case(True, 2, 16, 8, 8, 128, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, [("add_channel",), ("sigmoid",)]),
+    Case(True, 2, 8, 7, 8, 96, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN, nan_inputs=2),
+]
+
+
+@pytest.mark.parametrize("split", [True, False], ids=["split", "nosplit"])
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=lambda c: c.line())
+def test_split_mode(case, split, monkeypatch, capfd):
+    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
+    monkeypatch.setenv("CONVFUSE_IG_SPLIT", "1" if split else "0")
+    gpu_case(case, torch.Generator().manual_seed(case.c_out))
+    err = capfd.readouterr().err
+    assert ("+split" in err) == split, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
+
+
 class KB91(nn.Module):
     """KernelBench level 2 #91, as defined there."""
 
