@@ -384,26 +384,44 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     bool patched = false;
     size_t b_patch = 0; /* B in the patch's k8 order: steps of one tap (8 channels) or two taps (4 channels) */
     if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p)) {
-        int steps = p->pk_cps == 8 ? max_taps : (max_taps + 1) / 2, b_nt = p->nt_total;
-        /* Split mode (igemm.cuh, docs/kb2_91.md): stride-2 column phases with 64 < C_out <= 128. The column-phase
+        /* Split mode (igemm.cuh, docs/kb2_91.md v12): stride-2 column phases with 64 < C_out <= 128. The column-phase
          * CTAs' stores (every other word of each sector) cost KB2-91 0.66 of its 1.72 ms (bench/ablate.sh). The
-         * CTA's B: both column phases' taps x its 64 channels. CONVFUSE_IG_SPLIT=0 turns it off. */
-        if (p->cluster == 2 && nt == 16 && nt_need > 8 && p->pk_cps == 8 && passes == 1 && bn_train == 0 &&
-            split_steps <= CF_IG_MAX_TAPS && env_int("CONVFUSE_IG_SPLIT", 1, 0, 1)) {
-            p->split = 1;
-            steps = split_steps;
-            b_nt = 8;
-        }
-        b_patch = (passes == 3 ? 2 : 1) * (size_t)steps * p->pk_kc * b_nt * 64 * 4;
-        p->a_floats = CF_IG_WGS * p->pk_stages * p->pk_stage;
-        if (cf_ig_smem_bytes(p, nt) + b_patch <= limit) {
-            p->patch = 1;
-            patched = true;
-            if (p->split) { /* two chunks of 8 n8 tiles: chunk = the CTA's rank */
-                nt = 8;
-                p->nchunk = 2;
+         * CTA's B: both column phases' taps x its 64 channels. Tried first; CONVFUSE_IG_SPLIT=0 turns it off. */
+        const bool try_split = p->cluster == 2 && nt == 16 && nt_need > 8 && p->pk_cps == 8 && passes == 1 &&
+                               bn_train == 0 && split_steps <= CF_IG_MAX_TAPS && env_int("CONVFUSE_IG_SPLIT", 1, 0, 1);
+        const int tma0 = p->pk_tma, stages0 = p->pk_stages;
+        for (int split = try_split ? 1 : 0; split >= 0 && !patched; --split) {
+            int steps = p->pk_cps == 8 ? max_taps : (max_taps + 1) / 2, b_nt = p->nt_total;
+            p->split = split;
+            p->pk_tma = tma0;
+            p->pk_stages = stages0;
+            if (split) {
+                steps = split_steps;
+                b_nt = 8;
+                /* its patch: stages by TMA into two ring slots where they fit (H100, KB2-91: 1.44 ms with one slot by
+                 * cp.async, 1.37 TMA, 1.35 two slots, 1.29 both). CONVFUSE_IG_TMA / _PATCH_SLOTS override. */
+                if (!getenv("CONVFUSE_IG_TMA"))
+                    p->pk_tma = p->pk_ld <= 256 && p->pk_rows <= 256;
+                if (!getenv("CONVFUSE_IG_PATCH_SLOTS"))
+                    p->pk_stages = 2;
             }
-        } else {
+            b_patch = (passes == 3 ? 2 : 1) * (size_t)steps * p->pk_kc * b_nt * 64 * 4;
+            p->a_floats = CF_IG_WGS * p->pk_stages * p->pk_stage;
+            if (split && p->pk_stages == 2 && cf_ig_smem_bytes(p, nt) + b_patch > limit &&
+                !getenv("CONVFUSE_IG_PATCH_SLOTS")) { /* one slot, then */
+                p->pk_stages = 1;
+                p->a_floats = CF_IG_WGS * p->pk_stage;
+            }
+            if (cf_ig_smem_bytes(p, nt) + b_patch <= limit) {
+                p->patch = 1;
+                patched = true;
+                if (split) { /* two chunks of 8 n8 tiles: chunk = the CTA's rank */
+                    nt = 8;
+                    p->nchunk = 2;
+                }
+            }
+        }
+        if (!patched) {
             p->a_floats = CF_IG_RING_FLOATS;
             p->split = 0;
         }

@@ -347,17 +347,20 @@ __device__ __forceinline__ void ig_wgmma(float (&acc)[1][NT][4], const uint32_t 
         wgmma_m64n32k8_tf32<1>(d, a, desc);
 }
 
-/* Two TF32 k8 steps as one wgmma group (every input final before the fence, or ptxas serialises, C7513). */
+/* Two TF32 k8 steps as one wgmma group (every input final before the fence, or ptxas serialises, C7513). The B
+ * descriptors as their low words d0, d1 (start address and leading offset: the address field never carries, B lies in
+ * the first 256 KB of shared memory) and the common high word dh: 32-bit address steps instead of 64-bit adds. */
 template <int NT>
-__device__ __forceinline__ void ig_wg_pair(float (&acc)[1][NT][4], uint32_t (&a0)[4], uint32_t (&a1)[4], uint64_t d0,
-                                           uint64_t d1)
+__device__ __forceinline__ void ig_wg_pair(float (&acc)[1][NT][4], uint32_t (&a0)[4], uint32_t (&a1)[4], uint32_t d0,
+                                           uint32_t d1, uint32_t dh)
 {
-    asm volatile("" : "+l"(d0), "+l"(d1));
+    uint64_t e0, e1;
+    asm volatile("mov.b64 %0, {%2, %4};\nmov.b64 %1, {%3, %4};" : "=l"(e0), "=l"(e1) : "r"(d0), "r"(d1), "r"(dh));
     wgmma_pin(a0);
     wgmma_pin(a1);
     wgmma_fence();
-    ig_wgmma<NT>(acc, a0, d0);
-    ig_wgmma<NT>(acc, a1, d1);
+    ig_wgmma<NT>(acc, a0, e0);
+    ig_wgmma<NT>(acc, a1, e1);
     wgmma_commit();
 }
 
@@ -638,10 +641,19 @@ struct ig_patch_feed {
         }
     }
 
-    /* this thread's four fragment values of k8 step `st` in the stage at `base` (hi = 0: that half is zero) */
-    template <typename T>
+    /* this thread's four fragment values of k8 step `st` in the stage at `base` (hi = 0: that half is zero).
+     * C8: 8 channels per stage, where hi is always lo + one patch row (no zero half, no select). */
+    template <typename T, bool C8 = false>
     __device__ __forceinline__ void load(T (&av)[4], uint32_t base, int st) const
     {
+        if constexpr (C8) {
+            const uint32_t lo = base + (uint32_t)s.step_off[st].x, row = (uint32_t)p.pk_ld * 4u;
+            av[0] = ig_ld<T>(lo + a0);
+            av[1] = ig_ld<T>(lo + a1);
+            av[2] = ig_ld<T>(lo + row + a0);
+            av[3] = ig_ld<T>(lo + row + a1);
+            return;
+        }
         const int2 o = s.step_off[st];
         const uint32_t lo = base + (uint32_t)o.x, hi = base + (uint32_t)(o.y & ~1);
         av[0] = ig_ld<T>(lo + a0);
@@ -667,31 +679,31 @@ __device__ __forceinline__ int2 ig_patch_first(const cf_ig_params &p)
  * set copied into the operands cost 8 moves per pair. TF32 operands by truncation: the tensor core reads the top 19
  * bits of the fp32 values as they are (cvt.rna.tf32 compiled to 4 instructions per value; error still ~1e-6 at the
  * KB2-91 shape). */
-template <int NT, bool TMA>
-__device__ __forceinline__ uint64_t ig_patch_steps1(const ig_patch_feed<TMA> &feed, uint32_t base, int st0, int n,
-                                                   uint64_t d, uint64_t dstep, float (&acc)[1][NT][4])
+template <int NT, bool C8, bool TMA>
+__device__ __forceinline__ uint32_t ig_patch_steps1(const ig_patch_feed<TMA> &feed, uint32_t base, int st0, int n,
+                                                   uint32_t d, uint32_t dh, uint32_t dstep, float (&acc)[1][NT][4])
 {
     const int np = n >> 1;
     uint32_t x0[4], x1[4], y0[4], y1[4];
     if (np > 0) {
-        feed.load(x0, base, st0);
-        feed.load(x1, base, st0 + 1);
+        feed.template load<uint32_t, C8>(x0, base, st0);
+        feed.template load<uint32_t, C8>(x1, base, st0 + 1);
     }
     for (int i = 0; i < np; i += 2) {
         const bool more = i + 1 < np;
-        ig_wg_pair<NT>(acc, x0, x1, d, d + dstep);
+        ig_wg_pair<NT>(acc, x0, x1, d, d + dstep, dh);
         if (more) {
-            feed.load(y0, base, st0 + 2 * i + 2);
-            feed.load(y1, base, st0 + 2 * i + 3);
+            feed.template load<uint32_t, C8>(y0, base, st0 + 2 * i + 2);
+            feed.template load<uint32_t, C8>(y1, base, st0 + 2 * i + 3);
         }
         wgmma_wait<0>();
         wgmma_pin(x0);
         wgmma_pin(x1);
         if (more) {
-            ig_wg_pair<NT>(acc, y0, y1, d + 2 * dstep, d + 3 * dstep);
+            ig_wg_pair<NT>(acc, y0, y1, d + 2 * dstep, d + 3 * dstep, dh);
             if (i + 2 < np) {
-                feed.load(x0, base, st0 + 2 * i + 4);
-                feed.load(x1, base, st0 + 2 * i + 5);
+                feed.template load<uint32_t, C8>(x0, base, st0 + 2 * i + 4);
+                feed.template load<uint32_t, C8>(x1, base, st0 + 2 * i + 5);
             }
             wgmma_wait<0>();
             wgmma_pin(y0);
@@ -700,11 +712,11 @@ __device__ __forceinline__ uint64_t ig_patch_steps1(const ig_patch_feed<TMA> &fe
         d += more ? 4 * dstep : 2 * dstep;
     }
     if (n & 1) { /* the odd last step, paired with zeros */
-        feed.load(x0, base, st0 + n - 1);
+        feed.template load<uint32_t, C8>(x0, base, st0 + n - 1);
 #pragma unroll
         for (int q = 0; q < 4; ++q)
             x1[q] = 0u;
-        ig_wg_pair<NT>(acc, x0, x1, d, d);
+        ig_wg_pair<NT>(acc, x0, x1, d, d, dh);
         d += dstep;
         wgmma_wait<0>();
         wgmma_pin(x0);
@@ -731,8 +743,10 @@ __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const i
     uint64_t d = wgmma_desc(s.b + chunk * NT * 64, 128, 256);
     const uint64_t dstep = (uint64_t)((uint32_t)p.nchunk * NT * 16);
     if constexpr (PASSES == 1) {
+        uint32_t dl = (uint32_t)d;
         for (int kb = 0; kb < p.pk_kc; ++kb)
-            d = ig_patch_steps1<NT>(feed, feed.stage(kb), 0, nsteps, d, dstep, acc);
+            dl = ig_patch_steps1<NT, false>(feed, feed.stage(kb), 0, nsteps, dl, (uint32_t)(d >> 32), (uint32_t)dstep,
+                                            acc);
     } else {
         const uint64_t dsmall = (uint64_t)((uint32_t)p.b_floats / 2 / 4); /* small parts: b_floats/2 further */
         uint32_t a0[4], s0[4], a1[4], s1[4];
@@ -771,12 +785,16 @@ __device__ __forceinline__ void ig_mainloop_split(const cf_ig_params &p, const i
     if (nsteps == 0)
         return;
     feed.prime();
-    uint64_t d = wgmma_desc(s.b, 128, 256);
-    const uint64_t dstep = (uint64_t)((uint32_t)NT * 16);
+    const uint64_t d64 = wgmma_desc(s.b, 128, 256);
+    const uint32_t dh = (uint32_t)(d64 >> 32), dstep = (uint32_t)NT * 16;
+    uint32_t d = (uint32_t)d64;
+    const int ns1 = nsteps - ns0;
     for (int kb = 0; kb < p.pk_kc; ++kb) {
         const uint32_t base = feed.stage(kb);
-        d = ig_patch_steps1<NT>(feed, base, 0, ns0, d, dstep, acc0);
-        d = ig_patch_steps1<NT>(feed, base, ns0, nsteps - ns0, d, dstep, acc1);
+        /* one phase after the other: alternating the phases' wgmma groups under wait_group 1 (one group running
+         * while the other's A set is refilled) made ptxas serialise every wgmma for want of registers (C7512) */
+        d = ig_patch_steps1<NT, true>(feed, base, 0, ns0, d, dh, dstep, acc0);
+        d = ig_patch_steps1<NT, true>(feed, base, ns0, ns1, d, dh, dstep, acc1);
     }
     feed.after();
     wgmma_wait<0>();
@@ -1368,7 +1386,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
         /* Pacing only (no data crosses it, so relaxed: no membar): the pair's CTAs stay within `pace` tiles of
          * each other, so the halves of each output sector meet in L2. Split arrive/wait leaves that much slack;
          * a full barrier per tile ran every CTA's warps in lock-step. */
-        if (p.cluster > 1 && (tile - t_begin) % p.pace == 0) {
+        if (!SPLIT && p.cluster > 1 && (tile - t_begin) % p.pace == 0) {
             if (tile > t_begin)
                 asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
             asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
@@ -1589,7 +1607,9 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
         }
     }
 
-    if (p.cluster > 1 && t_end > t_begin)
+    /* split mode paces nothing: each CTA writes whole rows, and the exchange's waits order every access to the
+     * peer's shared memory before either CTA can leave */
+    if (!SPLIT && p.cluster > 1 && t_end > t_begin)
         asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 
     if (STATS) {
