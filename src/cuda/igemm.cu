@@ -452,6 +452,16 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
         p->kblk = (int)kblk;
         p->b_floats = (int)(kblk * per_ks / 4);
     }
+    /* TMA store (igemm.cuh, ig_store_tma): single-phase patch tiles (consecutive pixels of one image) with a channel
+     * chunk of at most 64, OH*OW a multiple of 4 (16-byte strides), where the staging boxes fit.
+     * CONVFUSE_IG_TMA_STORE=0 keeps the per-warp staging and 4-byte stores. */
+    p->tma_store = 0;
+    if (patched && p->nphase == 1 && nt <= 8 && (int64_t)p->oh * p->ow % 4 == 0 &&
+        env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 1)) {
+        p->tma_store = 1;
+        if (cf_ig_smem_bytes(p, nt) > limit)
+            p->tma_store = 0;
+    }
     p->stats_mode = 0;
     /* Tiles, group by group; in patch mode every image starts a new tile. */
     const int tm = p->wg ? CF_IG_WG_TILE_M : CF_IG_TILE_M; /* as the kernel's TM */
@@ -695,19 +705,19 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (grid_out)
         *grid_out = grid;
     if (cf_verbose("launch"))
-        fprintf(stderr, "convfuse: launch: igemm %s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
+        fprintf(stderr, "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
                         "chunks=%d stats=%d patch_stages=%dx%dch\n", p->wg ? "wgmma" : "mma.sync",
                 p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
-                p->split ? "+split(channel halves x column phases)" : "", nt, passes, grid, p->cluster, p->pace,
+                p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes, grid, p->cluster, p->pace,
                 smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps);
     return CF_STATUS_SUCCESS;
 }
 
-/* The input as a TMA tensor {W, C, H, N} (fastest first) with the patch box {ld, 8, rows, 1}. The encoder is a
- * driver function, reached through the runtime so the library links no libcuda. False: use the cp.async path. */
-static bool ig_encode_tmap(cf_ig_params *p)
+/* cuTensorMapEncodeTiled, a driver function reached through the runtime (the library links no libcuda); NULL if
+ * the driver has no entry point */
+static PFN_cuTensorMapEncodeTiled_v12000 ig_tmap_encoder(void)
 {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
         void *fn = NULL;
         cudaDriverEntryPointQueryResult q;
         if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
@@ -715,6 +725,14 @@ static bool ig_encode_tmap(cf_ig_params *p)
             fn = NULL;
         return (PFN_cuTensorMapEncodeTiled_v12000)fn;
     }();
+    return encode;
+}
+
+/* The input as a TMA tensor {W, C, H, N} (fastest first) with the patch box {ld, 8, rows, 1}. False: use the
+ * cp.async path. */
+static bool ig_encode_tmap(cf_ig_params *p)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = ig_tmap_encoder();
     if (!encode)
         return false;
     const cuuint64_t dim[4] = {(cuuint64_t)p->w, (cuuint64_t)p->cin, (cuuint64_t)p->h, (cuuint64_t)p->n};
@@ -723,6 +741,23 @@ static bool ig_encode_tmap(cf_ig_params *p)
     const cuuint32_t estride[4] = {1, 1, 1, 1};
     return encode(&p->tmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (void *)p->src, dim, stride, box, estride,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* The output as a TMA tensor {OH*OW, C_out, N} (fastest first) with the store box {32, 8*NT, 1}, 128-byte swizzle
+ * (ig_store_tma). False: the per-warp staging stores. */
+static bool ig_encode_tmap_out(cf_ig_params *p, int nt)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = ig_tmap_encoder();
+    if (!encode || (uintptr_t)p->dst % 16 != 0)
+        return false;
+    const cuuint64_t plane = (cuuint64_t)p->oh * p->ow;
+    const cuuint64_t dim[3] = {plane, (cuuint64_t)p->cout, (cuuint64_t)p->n};
+    const cuuint64_t stride[2] = {plane * 4, plane * 4 * (cuuint64_t)p->cout};
+    const cuuint32_t box[3] = {32, (cuuint32_t)nt * 8, 1};
+    const cuuint32_t estride[3] = {1, 1, 1};
+    return encode(&p->tmap_out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)p->dst, dim, stride, box, estride,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -744,6 +779,8 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     p.wei = args->wei;
     p.bia = plan->conv.has_bias ? args->bia : NULL;
     p.dst = args->dst;
+    if (p.tma_store && !ig_encode_tmap_out(&p, nt))
+        p.tma_store = 0; /* a misaligned output view, or the encoder refused */
     const int bn = cf_ig_bn_train_index(plan);
     const int cpad = p.nt_total * 8;
     float *ws_stats = (float *)workspace, *ws_scale = NULL, *ws_shift = NULL;
@@ -756,6 +793,7 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
          * statistics, then normalises in place (one conv, two more passes over the output). */
         const bool inplace = cf_ig_bn_inplace(plan);
         cf_ig_params ps = p;
+        ps.tma_store = 0; /* the statistics variants store through ig_store (inplace path) or not at all */
         ig_stages(plan, args, 0, bn, NULL, NULL, &ps);
         ps.stats_mode = inplace ? 2 : 1;
         ps.stats = ws_stats;

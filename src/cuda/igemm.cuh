@@ -75,6 +75,11 @@ struct cf_ig_params {
     /* patch stages by TMA (pk_tma): the input as a 4-D tensor {W, C, H, N} (fastest first), box {pk_ld, 8,
      * pk_rows, 1} from x = -pk_gap, so the out-of-bounds fill writes the zero column halo (see ig_patch_feed) */
     CUtensorMap tmap; /* carries its own 128-byte alignment */
+    /* TMA store (tma_store): the output as a 3-D tensor {OH*OW, C_out, N}, box {32 pixels, 8*NT channels, 1},
+     * 128-byte swizzle. Single-phase patch tiles are runs of consecutive pixels of one image, so a warpgroup's 64
+     * pixels x its channel chunk leave as two boxes from shared memory (ig_store_tma). */
+    CUtensorMap tmap_out;
+    int tma_store;
     const float *src, *wei, *bia;
     float *dst;
     int n, cin, h, w, cout, oh, ow, kh, kw;
@@ -136,6 +141,8 @@ static inline size_t cf_ig_smem_bytes(const struct cf_ig_params *p, int nt)
                                                                                   8 channels x 32 pixels */
     if (p->split)
         bytes += (size_t)CF_IG_XCH_FLOAT2 * 8; /* softmax exchange */
+    if (p->tma_store) /* 2 boxes per warpgroup of 8*NT rows x 128 bytes, 1 KB-aligned (swizzle atoms) */
+        bytes += 1024 + (size_t)CF_IG_WGS * 2 * nt * 8 * 128;
     if (p->stats_mode) {
         bytes += (size_t)CF_IG_MAX_WARPS * p->nt_total * 8 * 2 * 4 + CF_IG_MAX_WARPS * 4; /* per-warp running stats */
     }

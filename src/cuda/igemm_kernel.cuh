@@ -49,6 +49,7 @@ struct ig_smem {
     float *stage; /* [warp][8 channels][CF_IG_STAGE_LD or CF_IG_SPLIT_LD]: fragment -> row-major transpose for
                      coalesced stores */
     float2 *xch;  /* split mode: softmax (max, sum) per pixel, written by the peer CTA (CF_IG_XCH_FLOAT2) */
+    float *ostage; /* TMA store: [warpgroup][box][8*NT channel rows][32 pixels], 128-byte swizzled, 1 KB-aligned */
 };
 
 template <int NT>
@@ -72,6 +73,10 @@ __device__ __forceinline__ ig_smem ig_carve(const cf_ig_params &p, float *base)
     s.run_mean = reinterpret_cast<float *>(s.xch + (p.split ? CF_IG_XCH_FLOAT2 : 0));
     s.run_m2 = s.run_mean + CF_IG_MAX_WARPS * p.nt_total * 8;
     s.run_cnt = reinterpret_cast<int *>(s.run_m2 + CF_IG_MAX_WARPS * p.nt_total * 8);
+    /* after everything else (cf_ig_smem_bytes adds it last, with 1 KB of alignment slack) */
+    float *end = p.stats_mode ? reinterpret_cast<float *>(s.run_cnt + CF_IG_MAX_WARPS) : s.run_mean;
+    const uint32_t emis = (uint32_t)__cvta_generic_to_shared(end) & 1023u;
+    s.ostage = end + ((1024u - emis) & 1023u) / 4;
     return s;
 }
 
@@ -1096,6 +1101,43 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
     }
 }
 
+/* TMA store of this warpgroup's 64 pixels (from m_wg of image img) x the chunk's 8*NT channels: the fragments go
+ * into two 128-byte-swizzled boxes (32 pixels each; warps 0-1 and 2-3) and one thread stores them with two bulk
+ * tensor copies, which clip pixels past the image and channels past C_out. The staging transpose then costs one
+ * STS per value and no LDS/STG (ig_store: a shared round trip, then 4-byte stores of 16 pixels per channel). The
+ * boxes are reused only after the previous tile's copies have read them (wait_group.read). */
+template <int NT>
+__device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_smem &s, int m_wg, int img, int chunk,
+                                             const float (&acc)[1][NT][4])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wl = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
+    constexpr int BOX = NT * 8 * 32;
+    float *box = s.ostage + (wg * 2 + (wl >> 1)) * BOX;
+    const bool leader = (threadIdx.x & 127) == 0;
+    if (leader)
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    ig_wg_bar(wg);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) { /* row c (128 bytes), 16-byte chunk col/4 XOR c%8: the warp's 32 writes hit 32 banks */
+            const int c = nt * 8 + 2 * t + (e & 1), col = 16 * (wl & 1) + g + 8 * (e >> 1);
+            box[c * 32 + ((((col >> 2) ^ c) & 7) << 2) + (col & 3)] = acc[0][nt][e];
+        }
+    fence_proxy_async(); /* the generic-proxy writes -> the bulk copy (async proxy) */
+    ig_wg_bar(wg);
+    if (leader) {
+        const uint32_t b0 = (uint32_t)__cvta_generic_to_shared(s.ostage + wg * 2 * BOX);
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+            asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                             &p.tmap_out),
+                         "r"(b0 + (uint32_t)(b * BOX * 4)), "r"(m_wg + 32 * b), "r"(chunk * NT * 8), "r"(img)
+                         : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+}
+
 /* ---- split mode (igemm.cuh, cf_ig_params::split): the two CTAs of a cluster hold the two channel halves ---- */
 
 /* this CTA's shared address `addr` as seen from CTA `rank` of the cluster */
@@ -1601,12 +1643,20 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                 }
                 if constexpr (STATS)
                     ig_tile_stats<NT, MT>(p, s, px, chunk, acc);
+                if constexpr (WG && NT <= 8 && !STATS) {
+                    if (p.tma_store) {
+                        ig_store_tma<NT>(p, s, m_tile + (warp >> 2) * 64, t_img, chunk, acc);
+                        continue;
+                    }
+                }
                 if (!STATS || p.stats_mode != 1)
                     ig_store<NT, MT>(p, s, px, chunk, acc);
             }
         }
     }
 
+    if (p.tma_store && (threadIdx.x & 127) == 0) /* the last bulk stores are done before the CTA leaves */
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     /* split mode paces nothing: each CTA writes whole rows, and the exchange's waits order every access to the
      * peer's shared memory before either CTA can leave */
     if (!SPLIT && p.cluster > 1 && t_end > t_begin)

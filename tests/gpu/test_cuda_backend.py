@@ -142,6 +142,29 @@ def test_split_mode(case, split, monkeypatch, capfd):
     assert ("+split" in err) == split, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
 
 
+# TMA store (ig_store_tma): single-phase patch tiles with C_out <= 64 per chunk and OH*OW a multiple of 4 leave
+# shared memory as bulk tensor copies that clip at the image end and at C_out. CONVFUSE_IG_TMA_STORE=0: staging.
+BN_EVAL = [("batch_norm", False, 0.1, 1e-5, True), ("mul_scalar", 2.0)]
+TMA_STORE_CASES = [
+    Case(False, 2, 8, 34, 36, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_EVAL),  # 32x34
+    Case(False, 1, 5, 20, 24, 13, (3, 3), (2, 1), (1, 1), (0, 0), (1, 1), False, [("affine_channel",)]),
+    Case(False, 3, 16, 12, 16, 40, (2, 3), (1, 1), (1, 0), (0, 0), (2, 1), True, [("add_channel",), ("relu",)]),
+    Case(False, 2, 8, 20, 20, 64, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True, KB91_CHAIN),  # softmax, 400 pixels
+]
+
+
+@pytest.mark.parametrize("tma", [True, False], ids=["tma_store", "staging"])
+@pytest.mark.parametrize("case", TMA_STORE_CASES, ids=lambda c: c.line())
+def test_tma_store(case, tma, monkeypatch, capfd):
+    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
+    monkeypatch.setenv("CONVFUSE_IG_TMA_STORE", "1" if tma else "0")
+    # strict products: a chain without batch norm takes TF32 by default, whose rounding (~5e-4 here) the store
+    # path has nothing to do with
+    gpu_case(case, torch.Generator().manual_seed(case.c_out + 1), math="strict")
+    err = capfd.readouterr().err
+    assert ("+tma_store" in err) == tma, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
+
+
 class KB91(nn.Module):
     """KernelBench level 2 #91, as defined there."""
 
