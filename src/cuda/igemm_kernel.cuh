@@ -1159,16 +1159,16 @@ __device__ __forceinline__ void ig_mbar_wait_cluster(uint32_t bar, uint32_t pari
                  : "memory");
 }
 
-/* The channel softmax across the pair: m[h][r], l[h][r] are this CTA's max and sum of exp(x - max) over its channels
- * for column phase h and pixel row r (pair 16*warp + g + 8r of the warpgroup), with acc already exp(x - max). The
+/* The channel softmax across the pair: m[2h + r], l[2h + r] are this CTA's max and sum of exp(x - max) over its
+ * channels for column phase h (acc[h]) and pixel row r (pair 16*warp + g + 8r of the warpgroup), with acc already
+ * exp(x - max) (ig_chunk_softmax_stats over acc as two m16 tiles). The
  * quad's lane t = 0 writes them into the peer's exchange slot and arrives on the peer's barrier; every thread waits
  * for the peer's values in its own slot, and acc becomes exp(x - M) / L with M, L over both halves. Two slots used
  * in turn (tile count k): the peer writes a slot again only after it has waited for this CTA's next arrival, which
  * comes after this CTA's reads of the slot. */
 template <int NT>
 __device__ __forceinline__ void ig_split_softmax(const ig_smem &s, uint32_t bars, uint32_t peer, uint32_t k,
-                                                 const float (&m)[2][2], const float (&l)[2][2], float (&acc0)[1][NT][4],
-                                                 float (&acc1)[1][NT][4])
+                                                 const float (&m)[4], const float (&l)[4], float (&acc)[2][NT][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, wg = threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3;
     const uint32_t slot = k & 1u, bar = bars + 8u * (slot * CF_IG_WGS + wg);
@@ -1180,7 +1180,7 @@ __device__ __forceinline__ void ig_split_softmax(const ig_smem &s, uint32_t bars
 #pragma unroll
             for (int r = 0; r < 2; ++r)
                 asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(rx + 8u * (h * 64 + wl * 16 + g + 8 * r)),
-                             "f"(m[h][r]), "f"(l[h][r])
+                             "f"(m[2 * h + r]), "f"(l[2 * h + r])
                              : "memory");
         asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(ig_mapa(bar, peer)) : "memory");
     }
@@ -1191,17 +1191,17 @@ __device__ __forceinline__ void ig_split_softmax(const ig_smem &s, uint32_t bars
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const float2 o = xb[h * 64 + wl * 16 + g + 8 * r];
-            const float mm = fmaxf(m[h][r], o.x);
-            const float own = cf_ex2((m[h][r] - mm) * CF_LOG2E);
-            f[h][r] = own * cf_rcp(l[h][r] * own + o.y * cf_ex2((o.x - mm) * CF_LOG2E));
+            const float mm = fmaxf(m[2 * h + r], o.x);
+            const float own = cf_ex2((m[2 * h + r] - mm) * CF_LOG2E);
+            f[h][r] = own * cf_rcp(l[2 * h + r] * own + o.y * cf_ex2((o.x - mm) * CF_LOG2E));
         }
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            acc0[0][nt][e] *= f[0][e >> 1];
-            acc1[0][nt][e] *= f[1][e >> 1];
-        }
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                acc[h][nt][e] *= f[h][e >> 1];
 }
 
 /* Split mode store: per 8-channel slab the warp interleaves its two column phases (float2 writes, pair = 2 output
@@ -1209,7 +1209,7 @@ __device__ __forceinline__ void ig_split_softmax(const ig_smem &s, uint32_t bars
  * instruction (lane = column): whole sectors, where a column-phase CTA wrote every other word of each. */
 template <int NT>
 __device__ __forceinline__ void ig_store_split(const cf_ig_params &p, const ig_smem &s, const ig_pixels<1> &px,
-                                               int chunk, const float (&acc0)[1][NT][4], const float (&acc1)[1][NT][4])
+                                               int chunk, const float (&acc)[2][NT][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float *stg = s.stage + (threadIdx.x >> 5) * 8 * CF_IG_SPLIT_LD;
@@ -1221,7 +1221,7 @@ __device__ __forceinline__ void ig_store_split(const cf_ig_params &p, const ig_s
 #pragma unroll
         for (int e = 0; e < 4; ++e) /* rows 2t + (e & 1), pairs g + 8 (e >> 1): banks 8t + 2g + ... distinct */
             *reinterpret_cast<float2 *>(&stg[(2 * t + (e & 1)) * CF_IG_SPLIT_LD + 2 * (g + 8 * (e >> 1))]) =
-                make_float2(acc0[0][nt][e], acc1[0][nt][e]);
+                make_float2(acc[0][nt][e], acc[1][nt][e]);
         __syncwarp();
         float v[8];
 #pragma unroll
@@ -1564,26 +1564,24 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             }
         };
         if constexpr (SPLIT) { /* this CTA's channel half (chunk = rank) of both column phases */
-            float acc0[1][NT][4], acc1[1][NT][4];
+            float acc[2][NT][4]; /* column phases 0 and 1: the epilogue treats them as two m16 tiles (MT = 2) */
             int nx_img, nx_iy0;
             next_stage(true, nx_img, nx_iy0);
             ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows, ntaps,
                                            pk_first, pk_ring, pk_pre, nx_img, nx_iy0);
-            ig_mainloop_split<NT, PATCH == 2>(p, s, feed, ntaps0, acc0, acc1);
+            ig_mainloop_split<NT, PATCH == 2>(p, s, feed, ntaps0, *reinterpret_cast<float(*)[1][NT][4]>(&acc[0]),
+                                              *reinterpret_cast<float(*)[1][NT][4]>(&acc[1]));
             pk_pre = nx_img >= 0;
             make_px();
             const int chunk = (int)rank, pre_end = p.softmax_stage >= 0 ? p.softmax_stage : p.nstage;
-            ig_apply_stages<NT, 1>(p, s, 0, pre_end, chunk, acc0);
-            ig_apply_stages<NT, 1>(p, s, 0, pre_end, chunk, acc1);
+            ig_apply_stages<NT, 2>(p, s, 0, pre_end, chunk, acc); /* one table read for both phases */
             if (p.softmax_stage >= 0) {
-                float sm[2][2], sl[2][2];
-                ig_chunk_softmax_stats<NT, 1, true>(p, chunk, acc0, sm[0], sl[0]);
-                ig_chunk_softmax_stats<NT, 1, true>(p, chunk, acc1, sm[1], sl[1]);
-                ig_split_softmax<NT>(s, x_bars, x_peer, x_k++, sm, sl, acc0, acc1);
-                ig_apply_stages<NT, 1>(p, s, pre_end + 1, p.nstage, chunk, acc0);
-                ig_apply_stages<NT, 1>(p, s, pre_end + 1, p.nstage, chunk, acc1);
+                float sm[4], sl[4];
+                ig_chunk_softmax_stats<NT, 2, true>(p, chunk, acc, sm, sl);
+                ig_split_softmax<NT>(s, x_bars, x_peer, x_k++, sm, sl, acc);
+                ig_apply_stages<NT, 2>(p, s, pre_end + 1, p.nstage, chunk, acc);
             }
-            ig_store_split<NT>(p, s, px, chunk, acc0, acc1);
+            ig_store_split<NT>(p, s, px, chunk, acc);
             continue;
         }
         /* One code path for both softmax cases (a second inlined copy of the main loop and epilogue
