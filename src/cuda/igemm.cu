@@ -387,7 +387,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
         /* Split mode (igemm.cuh, docs/kb2_91.md v12): stride-2 column phases with 64 < C_out <= 128. The column-phase
          * CTAs' stores (every other word of each sector) cost KB2-91 0.66 of its 1.72 ms (bench/ablate.sh). The
          * CTA's B: both column phases' taps x its 64 channels. Tried first; CONVFUSE_IG_SPLIT=0 turns it off. */
-        const bool try_split = p->cluster == 2 && nt == 16 && nt_need > 8 && p->pk_cps == 8 && passes == 1 &&
+        const bool try_split = p->cluster == 2 && nt_need > 8 && nt_need <= 16 && p->pk_cps == 8 && passes == 1 &&
                                bn_train == 0 && split_steps <= CF_IG_MAX_TAPS && env_int("CONVFUSE_IG_SPLIT", 1, 0, 1);
         const int tma0 = p->pk_tma, stages0 = p->pk_stages;
         for (int split = try_split ? 1 : 0; split >= 0 && !patched; --split) {

@@ -142,6 +142,17 @@ def test_split_mode(case, split, monkeypatch, capfd):
     assert ("+split" in err) == split, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
 
 
+@pytest.mark.parametrize("c_out", [129, 295])
+def test_no_split_past_128_channels(c_out, monkeypatch, capfd):
+    """Split mode is two chunks of 64 channels: a wider C_out takes the column-phase pair (fuzz case 710 of seed 1,
+    C_out = 295, once wrote only the first 128 channels)."""
+    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
+    case = Case(True, 2, 3, 5, 8, c_out, (5, 5), (2, 2), (2, 2), (1, 1), (1, 1), True, [("tanh",)])
+    gpu_case(case, torch.Generator().manual_seed(c_out), math="strict")
+    err = capfd.readouterr().err
+    assert "+split" not in err, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
+
+
 # TMA store (ig_store_tma): single-phase patch tiles with C_out <= 64 per chunk and OH*OW a multiple of 4 leave
 # shared memory as bulk tensor copies that clip at the image end and at C_out. CONVFUSE_IG_TMA_STORE=0: staging.
 BN_EVAL = [("batch_norm", False, 0.1, 1e-5, True), ("mul_scalar", 2.0)]
