@@ -147,8 +147,8 @@ def test_no_split_past_128_channels(c_out, monkeypatch, capfd):
     """Split mode is two chunks of 64 channels: a wider C_out takes the column-phase pair (fuzz case 710 of seed 1,
     C_out = 295, once wrote only the first 128 channels)."""
     monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
-    case = Case(True, 2, 3, 5, 8, c_out, (5, 5), (2, 2), (2, 2), (1, 1), (1, 1), True, [("tanh",)])
-    gpu_case(case, torch.Generator().manual_seed(c_out), math="strict")
+    case = Case(True, 2, 3, 5, 8, c_out, (5, 5), (2, 2), (2, 2), (1, 1), (1, 1), True, KB91_CHAIN)
+    gpu_case(case, torch.Generator().manual_seed(c_out))  # TF32 products: the split mode's own condition
     err = capfd.readouterr().err
     assert "+split" not in err, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
 
