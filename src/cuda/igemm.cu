@@ -705,11 +705,12 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (grid_out)
         *grid_out = grid;
     if (cf_verbose("launch"))
-        fprintf(stderr, "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
-                        "chunks=%d stats=%d patch_stages=%dx%dch\n", p->wg ? "wgmma" : "mma.sync",
-                p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
-                p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes, grid, p->cluster, p->pace,
-                smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps);
+        fprintf(stderr,
+                "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
+                "chunks=%d stats=%d patch_stages=%dx%dch\n",
+                p->wg ? "wgmma" : "mma.sync", p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
+                p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes,
+                grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps);
     return CF_STATUS_SUCCESS;
 }
 

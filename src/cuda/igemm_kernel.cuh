@@ -444,14 +444,23 @@ __device__ __forceinline__ void ig_mbar_init(uint32_t bar, uint32_t count)
 }
 
 /* Wait for phase `parity` of the mbarrier. One PTX loop: a C loop around try_wait is a divergent branch to ptxas,
- * which then serialised the in-flight wgmma of the 3xTF32 variants (C7518, "WG.DP in divergent path"). */
+ * which then serialised the in-flight wgmma of the 3xTF32 variants (C7518, "WG.DP in divergent path").
+ * CLUSTER: the peer CTA arrives on it (split mode): acquire at cluster scope, so the peer's remote stores before its
+ * arrive are visible after. */
+template <bool CLUSTER = false>
 __device__ __forceinline__ void ig_mbar_wait(uint32_t bar, uint32_t parity)
 {
-    asm volatile("{\n.reg .pred p;\nCF_MBAR_WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra CF_MBAR_WAIT;\n}\n" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
+#define CF_MBAR_TRY_WAIT(SEM)                                                                                   \
+    asm volatile("{\n.reg .pred p;\nCF_MBAR_WAIT:\n"                                                            \
+                 "mbarrier.try_wait.parity" SEM ".shared::cta.b64 p, [%0], %1;\n"                               \
+                 "@!p bra CF_MBAR_WAIT;\n}\n" ::"r"(bar),                                                        \
+                 "r"(parity)                                                                                    \
+                 : "memory")
+    if constexpr (CLUSTER)
+        CF_MBAR_TRY_WAIT(".acquire.cluster");
+    else
+        CF_MBAR_TRY_WAIT("");
+#undef CF_MBAR_TRY_WAIT
 }
 
 /* one 4-D box of the input into shared memory; completion (its byte count) is signalled on `bar` */
@@ -1148,17 +1157,6 @@ __device__ __forceinline__ uint32_t ig_mapa(uint32_t addr, uint32_t rank)
     return r;
 }
 
-/* wait for phase `parity` of a local mbarrier that the peer CTA arrives on (acquire at cluster scope: its remote
- * stores before the arrive are visible after) */
-__device__ __forceinline__ void ig_mbar_wait_cluster(uint32_t bar, uint32_t parity)
-{
-    asm volatile("{\n.reg .pred p;\nCF_MBAR_WAIT_CL:\n"
-                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra CF_MBAR_WAIT_CL;\n}\n" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
-}
-
 /* The channel softmax across the pair: m[2h + r], l[2h + r] are this CTA's max and sum of exp(x - max) over its
  * channels for column phase h (acc[h]) and pixel row r (pair 16*warp + g + 8r of the warpgroup), with acc already
  * exp(x - max) (ig_chunk_softmax_stats over acc as two m16 tiles). The
@@ -1184,7 +1182,7 @@ __device__ __forceinline__ void ig_split_softmax(const ig_smem &s, uint32_t bars
                              : "memory");
         asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(ig_mapa(bar, peer)) : "memory");
     }
-    ig_mbar_wait_cluster(bar, (k >> 1) & 1u);
+    ig_mbar_wait<true>(bar, (k >> 1) & 1u);
     float f[2][2];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
