@@ -1129,7 +1129,7 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_sme
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) { /* row c (128 bytes), 16-byte chunk col/4 XOR c%8: the warp's 32 writes hit 32 banks */
+        for (int e = 0; e < 4; ++e) { /* row c (128 bytes), 16-byte chunk col/4 XOR c%8: 32 writes, 32 banks */
             const int c = nt * 8 + 2 * t + (e & 1), col = 16 * (wl & 1) + g + 8 * (e >> 1);
             box[c * 32 + ((((col >> 2) ^ c) & 7) << 2) + (col & 3)] = acc[0][nt][e];
         }
@@ -1177,10 +1177,12 @@ __device__ __forceinline__ void ig_split_softmax(const ig_smem &s, uint32_t bars
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-                asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(rx + 8u * (h * 64 + wl * 16 + g + 8 * r)),
+                asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(
+                                 rx + 8u * (h * 64 + wl * 16 + g + 8 * r)),
                              "f"(m[2 * h + r]), "f"(l[2 * h + r])
                              : "memory");
-        asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(ig_mapa(bar, peer)) : "memory");
+        asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(ig_mapa(bar, peer))
+                     : "memory");
     }
     ig_mbar_wait<true>(bar, (k >> 1) & 1u);
     float f[2][2];
@@ -1442,7 +1444,8 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             __syncthreads(); /* everyone is done with the previous phase's taps and B */
             if (threadIdx.x == 0) {
                 sh_nt[0] = ig_taps_1d(p.transposed, qh, p.stride_h, p.pad_h, p.dil_h, p.kh, sh_k[0], sh_c[0]);
-                sh_nt[1] = ig_taps_1d(p.transposed, SPLIT ? 0 : qw, p.stride_w, p.pad_w, p.dil_w, p.kw, sh_k[1], sh_c[1]);
+                sh_nt[1] =
+                    ig_taps_1d(p.transposed, SPLIT ? 0 : qw, p.stride_w, p.pad_w, p.dil_w, p.kw, sh_k[1], sh_c[1]);
                 sh_ntaps = sh_ntaps0 = sh_nt[0] * sh_nt[1];
                 if constexpr (SPLIT) {
                     sh_nt[NTD - 1] = ig_taps_1d(p.transposed, 1, p.stride_w, p.pad_w, p.dil_w, p.kw, sh_k[NTD - 1],
