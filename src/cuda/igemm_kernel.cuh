@@ -655,19 +655,28 @@ struct ig_patch_feed {
         }
     }
 
-    /* this thread's four fragment values of k8 step `st` in the stage at `base` (hi = 0: that half is zero).
-     * C8: 8 channels per stage, where hi is always lo + one patch row (no zero half, no select). */
-    template <typename T, bool C8 = false>
+    /* 8 channels per stage: hi is always lo + one patch row (no zero half, no select), so a stage's four fragment
+     * addresses less the step's tap offset are fixed: q = base + {a0, a1, a0 + row, a1 + row}, once per stage */
+    __device__ __forceinline__ void bases8(uint32_t base, uint32_t (&q)[4]) const
+    {
+        const uint32_t row = (uint32_t)p.pk_ld * 4u;
+        q[0] = base + a0;
+        q[1] = base + a1;
+        q[2] = q[0] + row;
+        q[3] = q[1] + row;
+    }
+    template <typename T>
+    __device__ __forceinline__ void load8(T (&av)[4], const uint32_t (&q)[4], int st) const
+    {
+        const uint32_t o = (uint32_t)s.step_off[st].x;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            av[i] = ig_ld<T>(q[i] + o);
+    }
+    /* this thread's four fragment values of k8 step `st` in the stage at `base` (hi = 0: that half is zero) */
+    template <typename T>
     __device__ __forceinline__ void load(T (&av)[4], uint32_t base, int st) const
     {
-        if constexpr (C8) {
-            const uint32_t lo = base + (uint32_t)s.step_off[st].x, row = (uint32_t)p.pk_ld * 4u;
-            av[0] = ig_ld<T>(lo + a0);
-            av[1] = ig_ld<T>(lo + a1);
-            av[2] = ig_ld<T>(lo + row + a0);
-            av[3] = ig_ld<T>(lo + row + a1);
-            return;
-        }
         const int2 o = s.step_off[st];
         const uint32_t lo = base + (uint32_t)o.x, hi = base + (uint32_t)(o.y & ~1);
         av[0] = ig_ld<T>(lo + a0);
@@ -698,17 +707,25 @@ __device__ __forceinline__ uint32_t ig_patch_steps1(const ig_patch_feed<TMA> &fe
                                                    uint32_t d, uint32_t dh, uint32_t dstep, float (&acc)[1][NT][4])
 {
     const int np = n >> 1;
-    uint32_t x0[4], x1[4], y0[4], y1[4];
+    uint32_t x0[4], x1[4], y0[4], y1[4], q[4];
+    if constexpr (C8)
+        feed.bases8(base, q);
+    auto load = [&](uint32_t(&av)[4], int st) {
+        if constexpr (C8)
+            feed.load8(av, q, st);
+        else
+            feed.template load<uint32_t>(av, base, st);
+    };
     if (np > 0) {
-        feed.template load<uint32_t, C8>(x0, base, st0);
-        feed.template load<uint32_t, C8>(x1, base, st0 + 1);
+        load(x0, st0);
+        load(x1, st0 + 1);
     }
     for (int i = 0; i < np; i += 2) {
         const bool more = i + 1 < np;
         ig_wg_pair<NT>(acc, x0, x1, d, d + dstep, dh);
         if (more) {
-            feed.template load<uint32_t, C8>(y0, base, st0 + 2 * i + 2);
-            feed.template load<uint32_t, C8>(y1, base, st0 + 2 * i + 3);
+            load(y0, st0 + 2 * i + 2);
+            load(y1, st0 + 2 * i + 3);
         }
         wgmma_wait<0>();
         wgmma_pin(x0);
@@ -716,8 +733,8 @@ __device__ __forceinline__ uint32_t ig_patch_steps1(const ig_patch_feed<TMA> &fe
         if (more) {
             ig_wg_pair<NT>(acc, y0, y1, d + 2 * dstep, d + 3 * dstep, dh);
             if (i + 2 < np) {
-                feed.template load<uint32_t, C8>(x0, base, st0 + 2 * i + 4);
-                feed.template load<uint32_t, C8>(x1, base, st0 + 2 * i + 5);
+                load(x0, st0 + 2 * i + 4);
+                load(x1, st0 + 2 * i + 5);
             }
             wgmma_wait<0>();
             wgmma_pin(y0);
@@ -726,7 +743,7 @@ __device__ __forceinline__ uint32_t ig_patch_steps1(const ig_patch_feed<TMA> &fe
         d += more ? 4 * dstep : 2 * dstep;
     }
     if (n & 1) { /* the odd last step, paired with zeros */
-        feed.template load<uint32_t, C8>(x0, base, st0 + n - 1);
+        load(x0, st0 + n - 1);
 #pragma unroll
         for (int q = 0; q < 4; ++q)
             x1[q] = 0u;
