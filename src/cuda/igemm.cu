@@ -391,7 +391,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
                                bn_train == 0 && split_steps <= CF_IG_MAX_TAPS && env_int("CONVFUSE_IG_SPLIT", 1, 0, 1);
         const int tma0 = p->pk_tma, stages0 = p->pk_stages;
         for (int split = try_split ? 1 : 0; split >= 0 && !patched; --split) {
-            int steps = p->pk_cps == 8 ? max_taps : (max_taps + 1) / 2, b_nt = p->nt_total;
+            int steps = cf_ig_patch_steps(p->pk_cps, max_taps), b_nt = p->nt_total;
             p->split = split;
             p->pk_tma = tma0;
             p->pk_stages = stages0;

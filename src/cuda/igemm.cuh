@@ -127,6 +127,12 @@ struct cf_ig_params {
     int split;
 };
 
+/* k8 steps per input-patch stage: one per tap with 8 channels per stage, one per pair of taps with 4 (ig_patch_feed) */
+__host__ __device__ static inline int cf_ig_patch_steps(int cps, int ntaps)
+{
+    return cps == 8 ? ntaps : (ntaps + 1) / 2;
+}
+
 /* Floats of the per-thread A ring (the gathering main loops). */
 #define CF_IG_RING_FLOATS (CF_IG_A_STAGES * 8 * CF_IG_THREADS)
 

@@ -314,7 +314,7 @@ __device__ void ig_load_b_wg(const cf_ig_params &p, const ig_smem &s, int ntaps,
             /* patch feed: k8 steps stage-major. 8 channels per stage: step = tap, row k is channel 2k (k < 4) or
              * 2(k-4)+1, so a thread's two A values of a pixel are adjacent patch rows. 4 channels per stage:
              * step = taps 2st (k < 4) and 2st+1 (k >= 4, zero past the last tap), channel k & 3 (ig_patch_feed) */
-            const int nsteps = p.pk_cps == 8 ? ntaps : (ntaps + 1) / 2;
+            const int nsteps = cf_ig_patch_steps(p.pk_cps, ntaps);
             const int kb = ks / nsteps, st = ks - kb * nsteps;
             if (p.pk_cps == 8) {
                 v = ig_wei(p, s.tap_widx[st], kb * 8 + (k < 4 ? 2 * k : 2 * (k - 4) + 1), n_base + n);
@@ -1496,7 +1496,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                 s.tap_widx[tp] = sh_k[0][a] * p.kw + sh_k[cd][b];
             }
             if (PATCH != 0) { /* the patch main loop's step table (bytes; see ig_patch_feed) */
-                const int C = p.pk_cps, ns = C == 8 ? sh_ntaps : (sh_ntaps + 1) / 2;
+                const int C = p.pk_cps, ns = cf_ig_patch_steps(C, sh_ntaps);
                 auto toff = [&](int tp) {
                     int a, b, cd;
                     tap_ab(tp, a, b, cd);
@@ -1516,7 +1516,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             if (p.resident) {
                 if constexpr (WG) {
                     ig_load_b_wg<NT, PASSES>(p, s, ntaps,
-                                             PATCH != 0 ? p.pk_kc * (p.pk_cps == 8 ? ntaps : (ntaps + 1) / 2)
+                                             PATCH != 0 ? p.pk_kc * cf_ig_patch_steps(p.pk_cps, ntaps)
                                                         : ntaps * p.kc,
                                              SPLIT ? (int)rank * NT * 8 : 0, SPLIT ? NT : p.nt_total,
                                              SPLIT ? 1 : p.nchunk);
@@ -1621,7 +1621,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                         int nx_img, nx_iy0;
                         next_stage(p.nchunk == 1 && !two_visits, nx_img, nx_iy0);
                         ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows,
-                                                       p.pk_cps == 8 ? ntaps : (ntaps + 1) / 2, pk_first, pk_ring,
+                                                       cf_ig_patch_steps(p.pk_cps, ntaps), pk_first, pk_ring,
                                                        pk_pre, nx_img, nx_iy0);
                         ig_mainloop_patch<NT, PASSES, PATCH == 2>(p, s, feed, chunk, acc);
                         pk_pre = nx_img >= 0;
