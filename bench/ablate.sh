@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
-# Timing ablations (development only): build the CLI with parts of the fused kernel switched off
-# (CF_IG_ABLATE mask, src/cuda/igemm_kernel.cuh) and stage the binaries as .devbuild/convfuse_ablN.
-# On the device: bash bench/device.sh ablate. The outputs of these binaries are wrong on purpose.
+# Timing ablations and A/B builds (development only): build the CLI with parts of the fused kernel switched off
+# (CF_IG_ABLATE mask, src/cuda/igemm_kernel.cuh) or with other CUDA flags, and stage the binaries as
+# .devbuild/convfuse_abl<name>. On the device: bash bench/device.sh ablate (times every staged binary, same run).
+#   ABLATE_MASKS="1 2 4 8"                      masks to build (outputs wrong on purpose); "" for none
+#   ABLATE_FLAGS="l8=-DCF_IG_PATCH_LOAD8_3X=1"  name=flags pairs (spaces in flags as commas)
+#   ABLATE_BASE=<git ref>                       also build that commit's CLI as convfuse_abl_base (the baseline)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for m in ${ABLATE_MASKS:-1 2 4 8}; do
-    d=build-abl$m
-    cmake -S . -B $d -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS="-DCF_IG_ABLATE=$m" >/dev/null
+build() { # name, CUDA flags, source dir
+    local d=build-abl$1
+    cmake -S "$3" -B $d -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS="$2" >/dev/null
     cmake --build $d -j2 --target convfuse_cli > $d/build.log 2>&1 || { tail -20 $d/build.log; exit 1; }
-    cp -L $d/convfuse .devbuild/convfuse_abl$m
-    strip --strip-unneeded .devbuild/convfuse_abl$m 2>/dev/null || true
+    cp -L $d/convfuse .devbuild/convfuse_abl$1
+    strip --strip-unneeded .devbuild/convfuse_abl$1 2>/dev/null || true
+}
+for m in ${ABLATE_MASKS-1 2 4 8}; do
+    build $m "-DCF_IG_ABLATE=$m" .
 done
+for nf in ${ABLATE_FLAGS:-}; do
+    build "_${nf%%=*}" "$(echo "${nf#*=}" | tr , ' ')" .
+done
+if [ -n "${ABLATE_BASE:-}" ]; then
+    rm -rf build-ablbase-src && git worktree prune
+    git worktree add -f --detach build-ablbase-src "$ABLATE_BASE" >/dev/null
+    rm -rf build-abl_base && build _base "" build-ablbase-src
+    git worktree remove --force build-ablbase-src
+fi
 ls -la .devbuild

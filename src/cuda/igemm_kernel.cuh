@@ -4,17 +4,23 @@
 #define CONVFUSE_CUDA_IGEMM_KERNEL_CUH
 
 #include "igemm.cuh"
+#include "udiv.h"
 #include "epilogue.cuh"
 #include "wgmma.cuh"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <type_traits>
 
 /* Timing ablations for development only (bench/ablate.sh builds them; the results are wrong on purpose). A mask:
  * 1 no global stores (staging kept), 2 no staging and no stores, 4 no wgmma (operands still loaded),
  * 8 no epilogue math (softmax, affine, sigmoid). Kept values feed a never-taken store so nothing is dead code. */
 #ifndef CF_IG_ABLATE
 #define CF_IG_ABLATE 0
+#endif
+/* experiment: the 8-channel fixed-base fragment loads in the 3xTF32 / 2xTF32 patch loop (NT <= 8) */
+#ifndef CF_IG_PATCH_LOAD8_3X
+#define CF_IG_PATCH_LOAD8_3X 0
 #endif
 
 namespace cf {
@@ -378,8 +384,8 @@ __device__ __forceinline__ void ig_wg_pair(float (&acc)[1][NT][4], uint32_t (&a0
  * x_r*big + x_r*small. The error x - x_r is unbiased and uncorrelated with the output, so the channel mean and
  * variance keep fp32 accuracy (docs/kb2_73.md); truncating A instead would bias the mean by ~2^-11. */
 template <int NT, int P = 3>
-__device__ __forceinline__ void ig_wg_step3(const float (&av)[4], uint64_t dbig, uint64_t dsmall, uint32_t (&abig)[4],
-                                            uint32_t (&asmall)[4], float (&acc)[1][NT][4])
+__device__ __forceinline__ void ig_wg_step3(const float (&av)[4], uint32_t dbig, uint32_t dsmall, uint32_t dh,
+                                            uint32_t (&abig)[4], uint32_t (&asmall)[4], float (&acc)[1][NT][4])
 {
     static_assert(P == 2 || P == 3, "3xTF32 or 2xTF32");
 #pragma unroll
@@ -392,16 +398,18 @@ __device__ __forceinline__ void ig_wg_step3(const float (&av)[4], uint64_t dbig,
         }
     }
     /* every wgmma input is final before the fence: ptxas serialises the wgmma pipeline (C7513) when an ordinary
-     * instruction defines one of them between the fence and the wgmma */
-    asm volatile("" : "+l"(dbig), "+l"(dsmall));
+     * instruction defines one of them between the fence and the wgmma. Descriptors as 32-bit words: the address
+     * field never carries into the high word (ig_mainloop_patch), and 64-bit adds cost a carry chain per step. */
+    uint64_t eb, es;
+    asm volatile("mov.b64 %0, {%2, %4};\nmov.b64 %1, {%3, %4};" : "=l"(eb), "=l"(es) : "r"(dbig), "r"(dsmall), "r"(dh));
     wgmma_pin(abig);
     if constexpr (P == 3)
         wgmma_pin(asmall);
     wgmma_fence();
     if constexpr (P == 3)
-        ig_wgmma<NT>(acc, asmall, dbig); /* small*big + big*small, then big*big */
-    ig_wgmma<NT>(acc, abig, dsmall);
-    ig_wgmma<NT>(acc, abig, dbig);
+        ig_wgmma<NT>(acc, asmall, eb); /* small*big + big*small, then big*big */
+    ig_wgmma<NT>(acc, abig, es);
+    ig_wgmma<NT>(acc, abig, eb);
     wgmma_commit();
     wgmma_wait<1>(); /* the previous step's A registers are free again (double buffer) */
 }
@@ -526,8 +534,8 @@ struct ig_patch_feed {
     int nx_img, nx_iy0; /* TMA: the next tile's image and first input row (nx_img < 0: no next tile to start) */
 
     __device__ __forceinline__ ig_patch_feed(const cf_ig_params &p_, const ig_smem &s_, int img_, int m_base, int ph,
-                                             int pw, int c_min_, int rows_, int nsteps_, const int2 &first_,
-                                             uint32_t &ring_, bool pre_, int nx_img_, int nx_iy0_)
+                                             int pw, cf_udiv_t dpw, int c_min_, int rows_, int nsteps_,
+                                             const int2 &first_, uint32_t &ring_, bool pre_, int nx_img_, int nx_iy0_)
         : p(p_), s(s_), ring(ring_), first(first_), img(img_), c_min(c_min_), rows(rows_), nsteps(nsteps_),
           pre(pre_), nx_img(nx_img_), nx_iy0(nx_iy0_)
     {
@@ -535,15 +543,15 @@ struct ig_patch_feed {
         /* a warpgroup wholly past the end of the image (last tile) works on copies of the last pixel: its first row
          * must be that pixel's, or the A offsets go negative (racecheck: reads below the warpgroup's buffer) */
         const int mb = min(m_base, lim - 1);
-        j_first = mb / pw;
-        nrows = ((min(mb + 63, lim - 1) / pw - j_first) * ss + rows) * C;
+        j_first = (int)cf_udiv((uint32_t)mb, dpw);
+        nrows = (((int)cf_udiv((uint32_t)min(mb + 63, lim - 1), dpw) - j_first) * ss + rows) * C;
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
         const int r0 = ((threadIdx.x >> 5) & 3) * 16 + g, crow = C == 8 ? 2 * t : t;
         uint32_t off[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int m = min(m_base + r0 + 8 * h, lim - 1); /* pixels past the end read a valid one (not stored) */
-            const int j = m / pw, i = m - j * pw;
+            const int j = (int)cf_udiv((uint32_t)m, dpw), i = m - j * pw;
             off[h] = (uint32_t)(((j - j_first) * ss * C + crow) * p.pk_ld + p.pk_gap + i) * 4u;
         }
         a0 = off[0];
@@ -779,25 +787,50 @@ __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const i
             dl = ig_patch_steps1<NT, false>(feed, feed.stage(kb), 0, nsteps, dl, (uint32_t)(d >> 32), (uint32_t)dstep,
                                             acc);
     } else {
-        const uint64_t dsmall = (uint64_t)((uint32_t)p.b_floats / 2 / 4); /* small parts: b_floats/2 further */
+        const uint32_t dsmall = (uint32_t)p.b_floats / 2 / 4; /* small parts: b_floats/2 further */
+        const uint32_t dh = (uint32_t)(d >> 32), ds = (uint32_t)dstep;
+        uint32_t dl = (uint32_t)d;
         uint32_t a0[4], s0[4], a1[4], s1[4];
-        for (int kb = 0; kb < p.pk_kc; ++kb) {
-            const uint32_t base = feed.stage(kb);
-            for (int st = 0; st < nsteps; st += 2) {
-                float av[4];
-                feed.load(av, base, st);
-                ig_wg_step3<NT, PASSES>(av, d, d + dsmall, a0, s0, acc);
-                d += dstep;
-                if (st + 1 < nsteps) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520) */
-                    feed.load(av, base, st + 1);
-                    ig_wg_step3<NT, PASSES>(av, d, d + dsmall, a1, s1, acc);
-                    d += dstep;
+        /* 8 channels per stage: the fixed-base fragment loads (ig_patch_feed::load8) */
+        auto stage_steps = [&](auto c8) {
+            constexpr bool C8 = decltype(c8)::value;
+            for (int kb = 0; kb < p.pk_kc; ++kb) {
+                const uint32_t base = feed.stage(kb);
+                uint32_t q[4];
+                if constexpr (C8)
+                    feed.bases8(base, q);
+                auto load = [&](float(&av)[4], int st) {
+                    if constexpr (C8)
+                        feed.load8(av, q, st);
+                    else
+                        feed.load(av, base, st);
+                };
+                for (int st = 0; st < nsteps; st += 2) {
+                    float av[4];
+                    load(av, st);
+                    ig_wg_step3<NT, PASSES>(av, dl, dl + dsmall, dh, a0, s0, acc);
+                    dl += ds;
+                    if (st + 1 < nsteps) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520) */
+                        load(av, st + 1);
+                        ig_wg_step3<NT, PASSES>(av, dl, dl + dsmall, dh, a1, s1, acc);
+                        dl += ds;
+                    }
                 }
+                /* the register double buffer restarts at a0/s0: with an odd step count their group may still run */
+                if (nsteps & 1)
+                    wgmma_wait<0>();
             }
-            /* the register double buffer restarts at a0/s0: with an odd step count their group may still run */
-            if (nsteps & 1)
-                wgmma_wait<0>();
-        }
+            /* both paths end with no group in flight: ptxas joins their accumulators (C7515 otherwise) */
+            wgmma_wait<0>();
+            wgmma_pin(*reinterpret_cast<float(*)[NT * 4]>(&acc[0][0][0]));
+        };
+        /* (NT = 16: the four bases cost the statistics variants their wgmma pipelining, C7512) */
+#if CF_IG_PATCH_LOAD8_3X
+        if (NT <= 8 && p.pk_cps == 8)
+            stage_steps(std::integral_constant<bool, NT <= 8>{});
+        else
+#endif
+            stage_steps(std::false_type{});
     }
     feed.after();
     wgmma_wait<0>();
@@ -885,16 +918,16 @@ __device__ __forceinline__ void ig_mainloop_wg(const cf_ig_params &p, const ig_s
             wgmma_pin(a1);
         }
     } else {
-        const uint64_t dsmall = dbase + (uint64_t)((uint32_t)p.b_floats / 2 / 4); /* small parts: b_floats/2 on */
+        /* small parts: b_floats/2 on; descriptors as 32-bit words (the address field never carries) */
+        const uint32_t dlo = (uint32_t)dbase, dslo = dlo + (uint32_t)p.b_floats / 2 / 4, dh = (uint32_t)(dbase >> 32);
         uint32_t a0[4], s0[4], a1[4], s1[4];
         for (int ks = 0; ks < nks; ks += 2) {
             float av[4];
             feed.fetch(av);
-            ig_wg_step3<NT, PASSES>(av, dbase + (uint64_t)(ks * dstep), dsmall + (uint64_t)(ks * dstep), a0, s0, acc);
+            ig_wg_step3<NT, PASSES>(av, dlo + ks * dstep, dslo + ks * dstep, dh, a0, s0, acc);
             if (ks + 1 < nks) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520 in -Xptxas -v) */
                 feed.fetch(av);
-                ig_wg_step3<NT, PASSES>(av, dbase + (uint64_t)((ks + 1) * dstep), dsmall + (uint64_t)((ks + 1) * dstep),
-                                        a1, s1, acc);
+                ig_wg_step3<NT, PASSES>(av, dlo + (ks + 1) * dstep, dslo + (ks + 1) * dstep, dh, a1, s1, acc);
             }
         }
     }
@@ -1436,6 +1469,11 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
     const int t_begin = (int)((int64_t)cid * p.num_tiles / ncl);
     const int t_end = (int)((int64_t)(cid + 1) * p.num_tiles / ncl);
     int grp = -1, q = -1, ntaps = 0, ntaps0 = 0, ph = 0, pw = 0, qh = 0, qw = 0, pk_cmin = 0, pk_rows = 0;
+    constexpr int TM = WG ? CF_IG_WG_TILE_M : CF_IG_TILE_M;
+    int tpi = 1; /* patch mode: tiles per image of the group */
+    /* division by pw and by tpi, needed per tile: by multiply and shift (udiv.h), the magic numbers in shared
+     * memory (in registers they cost the variants at the 128-register cap more spills) */
+    __shared__ cf_udiv_t sh_div[2];
     const int a_h = p.transposed ? 1 : p.stride_h, a_w = p.transposed ? 1 : p.stride_w;
     const int2 pk_first = PATCH != 0 ? ig_patch_first(p) : make_int2(0, 0);
     uint32_t pk_ring = 0; /* the patch ring's slot parities and next slot (ig_patch_feed::ring) */
@@ -1458,6 +1496,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             qw = q - qh * p.sw;
             ph = (p.oh - qh + p.sh - 1) / p.sh;
             pw = p.cluster > 1 ? p.pw_pairs : (p.ow - qw + p.sw - 1) / p.sw;
+            tpi = (ph * pw + TM - 1) / TM;
             __syncthreads(); /* everyone is done with the previous phase's taps and B */
             if (threadIdx.x == 0) {
                 sh_nt[0] = ig_taps_1d(p.transposed, qh, p.stride_h, p.pad_h, p.dil_h, p.kh, sh_k[0], sh_c[0]);
@@ -1476,6 +1515,8 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                 }
                 sh_cmin = cmn;
                 sh_rows = cmx - cmn + 1;
+                sh_div[0] = cf_udiv_make((uint32_t)max(pw, 1));
+                sh_div[1] = cf_udiv_make((uint32_t)max(tpi, 1));
             }
             __syncthreads();
             /* tap tp: row tap a, column tap b (split mode: column phase 0's taps first, then phase 1's) */
@@ -1532,9 +1573,8 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
          * grid of all images; in patch mode each image starts a new tile, and m counts within image t_img. */
         const int tl = tile - p.tile_start[grp];
         constexpr bool patch = PATCH != 0; /* the host launches these variants iff p.patch */
-        constexpr int TM = WG ? CF_IG_WG_TILE_M : CF_IG_TILE_M;
-        const int tpi = (ph * pw + TM - 1) / TM;
-        const int t_img = patch ? tl / tpi : 0;
+        const cf_udiv_t dpw = sh_div[0], dtpi = sh_div[1];
+        const int t_img = patch ? (int)cf_udiv((uint32_t)tl, dtpi) : 0;
         const int m_tile = patch ? (tl - t_img * tpi) * TM : tl * TM;
         const int m0 = m_tile + warp * 16 * MT;
         const int mq = patch ? ph * pw : p.n * ph * pw;
@@ -1549,7 +1589,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                 const int mm = m < mq ? m : 0;
                 const int img = patch ? t_img : mm / (ph * pw);
                 const int rem = mm - (patch ? 0 : img * ph * pw);
-                const int j = rem / pw, i = rem - j * pw;
+                const int j = (int)cf_udiv((uint32_t)rem, dpw), i = rem - j * pw;
                 px.img[r] = (m < mq && qw + p.sw * i < p.ow) ? img : -1;
                 px.ihb[r] = a_h * j;
                 px.iwb[r] = a_w * i;
@@ -1561,13 +1601,16 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                 const int m = m0 + (SPLIT ? lane >> 1 : lane % (16 * MT)), cq = SPLIT ? lane & 1 : qw;
                 const int mm = m < mq ? m : 0;
                 const int img = patch ? t_img : mm / (ph * pw), rem = mm - (patch ? 0 : img * ph * pw);
-                const int j = rem / pw, i = rem - j * pw;
+                const int j = (int)cf_udiv((uint32_t)rem, dpw), i = rem - j * pw;
                 px.st_ok = m < mq && cq + p.sw * i < p.ow;
                 px.st_ptr = p.dst + (int64_t)img * p.cout * p.oh * p.ow + ((qh + p.sh * j) * p.ow + (cq + p.sw * i));
             }
         };
+        /* the TMA store takes its pixels from the tile (ig_store_tma): only the statistics need px then */
+        const bool need_px = !patch || SPLIT || STATS || !p.tma_store;
         if constexpr (!late_px)
-            make_px();
+            if (need_px)
+                make_px();
         /* TMA, one main loop per tile: the ring starts the next tile's first stage (same phase group, so the same
          * taps and patch geometry) during this tile */
         auto next_stage = [&](bool allowed, int &nx_img, int &nx_iy0) {
@@ -1576,16 +1619,16 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             if (PATCH == 2 && allowed && p.pk_prefetch && ntaps > 0 && tile + 1 < t_end &&
                 tile + 1 < p.tile_start[grp + 1]) {
                 const int tn = tl + 1;
-                nx_img = tn / tpi;
+                nx_img = (int)cf_udiv((uint32_t)tn, dtpi);
                 const int mb = min((tn - nx_img * tpi) * TM + (warp >> 2) * 64, ph * pw - 1);
-                nx_iy0 = a_h * (mb / pw) + pk_cmin;
+                nx_iy0 = a_h * (int)cf_udiv((uint32_t)mb, dpw) + pk_cmin;
             }
         };
         if constexpr (SPLIT) { /* this CTA's channel half (chunk = rank) of both column phases */
             float acc[2][NT][4]; /* column phases 0 and 1: the epilogue treats them as two m16 tiles (MT = 2) */
             int nx_img, nx_iy0;
             next_stage(true, nx_img, nx_iy0);
-            ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows, ntaps,
+            ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, dpw, pk_cmin, pk_rows, ntaps,
                                            pk_first, pk_ring, pk_pre, nx_img, nx_iy0);
             ig_mainloop_split<NT, PATCH == 2>(p, s, feed, ntaps0, *reinterpret_cast<float(*)[1][NT][4]>(&acc[0]),
                                               *reinterpret_cast<float(*)[1][NT][4]>(&acc[1]));
@@ -1620,13 +1663,14 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                     if constexpr (patch) {
                         int nx_img, nx_iy0;
                         next_stage(p.nchunk == 1 && !two_visits, nx_img, nx_iy0);
-                        ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, pk_cmin, pk_rows,
+                        ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, dpw, pk_cmin, pk_rows,
                                                        cf_ig_patch_steps(p.pk_cps, ntaps), pk_first, pk_ring,
                                                        pk_pre, nx_img, nx_iy0);
                         ig_mainloop_patch<NT, PASSES, PATCH == 2>(p, s, feed, chunk, acc);
                         pk_pre = nx_img >= 0;
                         if constexpr (late_px)
-                            make_px();
+                            if (need_px)
+                                make_px();
                     } else {
                         ig_ring_feed feed(p, s, px, ntaps * p.kc);
                         ig_mainloop_wg<NT, PASSES>(p, s, feed, ntaps * p.kc, chunk, acc);
