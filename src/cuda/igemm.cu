@@ -179,7 +179,6 @@ static bool ig_patch_geometry(cf_ig_params *p)
     p->pk_tma = a_h == 1 && p->pk_ld <= 256 && nr_max <= 256 &&
                 (tma_env < 0 ? p->pk_kc == 1 : tma_env == 1);
     p->pk_prefetch = env_int("CONVFUSE_IG_PREFETCH", 1, 0, 1);
-    p->pk_l2pf = env_int("CONVFUSE_IG_L2PF", 2, 0, 8);
     return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld < (1 << 20);
 }
 
@@ -708,11 +707,10 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (cf_verbose("launch"))
         fprintf(stderr,
                 "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
-                "chunks=%d stats=%d patch_stages=%dx%dch l2pf=%d\n",
+                "chunks=%d stats=%d patch_stages=%dx%dch\n",
                 p->wg ? "wgmma" : "mma.sync", p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
                 p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes,
-                grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps,
-                p->patch && p->pk_tma ? p->pk_l2pf : 0);
+                grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps);
     return CF_STATUS_SUCCESS;
 }
 

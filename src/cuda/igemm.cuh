@@ -120,7 +120,6 @@ struct cf_ig_params {
     int pk_rows;            /* patch rows (R) per stage buffer: the most any tile needs */
     int pk_tma;             /* stages arrive by one TMA box load each (else 16-byte cp.async by all 128 threads) */
     int pk_prefetch;        /* TMA, one slot: the next tile's first stage is issued before this tile's epilogue */
-    int pk_l2pf;            /* TMA: tiles ahead whose stages are prefetched into L2 at each tile's start (0: none) */
     /* Split mode (stride-2 column phases, C_out in two chunks of 64): the cluster's two CTAs split the channels
      * instead of the column phases. Each computes both column phases of the same pixel pairs for its 64 channels,
      * the pair exchanges each pixel's softmax (max, sum) through distributed shared memory, and each CTA writes

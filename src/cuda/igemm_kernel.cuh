@@ -482,15 +482,6 @@ __device__ __forceinline__ void ig_tma_load(const CUtensorMap *map, uint32_t dst
                  : "memory");
 }
 
-/* the same box into L2 only (no shared memory, no barrier): a later ig_tma_load of it then hits L2 */
-__device__ __forceinline__ void ig_tma_prefetch_l2(const CUtensorMap *map, int x, int c, int y, int n)
-{
-    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
-                     reinterpret_cast<uint64_t>(map)),
-                 "r"(x), "r"(c), "r"(y), "r"(n)
-                 : "memory");
-}
-
 __device__ __forceinline__ void ig_wg_bar(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(wg + 1) : "memory"); }
 
 /* one 32-bit shared-memory load, as float (3xTF32 splits it) or as raw bits (TF32 by truncation) */
@@ -1633,16 +1624,6 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                 nx_iy0 = a_h * (int)cf_udiv((uint32_t)mb, dpw) + pk_cmin;
             }
         };
-        /* TMA patch: the stages of the tile pk_l2pf ahead go to L2 now, so its loads (issued one tile ahead, during
-         * an epilogue) wait for L2 rather than for DRAM, whose reads queue behind this kernel's writes */
-        if (PATCH == 2 && p.pk_l2pf > 0 && (threadIdx.x & 127) == 0 && tile + p.pk_l2pf < t_end &&
-            tile + p.pk_l2pf < p.tile_start[grp + 1] && ntaps > 0) {
-            const int tf = tl + p.pk_l2pf, fi = (int)cf_udiv((uint32_t)tf, dtpi);
-            const int mb = min((tf - fi * tpi) * TM + (warp >> 2) * 64, ph * pw - 1);
-            const int iy0 = a_h * (int)cf_udiv((uint32_t)mb, dpw) + pk_cmin;
-            for (int k = 0; k < p.pk_kc; ++k)
-                ig_tma_prefetch_l2(&p.tmap, -p.pk_gap, k * p.pk_cps, iy0, fi);
-        }
         if constexpr (SPLIT) { /* this CTA's channel half (chunk = rank) of both column phases */
             float acc[2][NT][4]; /* column phases 0 and 1: the epilogue treats them as two m16 tiles (MT = 2) */
             int nx_img, nx_iy0;
