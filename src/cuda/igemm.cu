@@ -456,30 +456,11 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
      * chunk of at most 64, OH*OW a multiple of 4 (16-byte strides), where the staging boxes fit.
      * CONVFUSE_IG_TMA_STORE=0 keeps the per-warp staging and 4-byte stores. */
     p->tma_store = 0;
-    p->box_in_slot = 0;
     if (patched && p->nphase == 1 && nt <= 8 && (int64_t)p->oh * p->ow % 4 == 0 &&
         env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 1)) {
         p->tma_store = 1;
         if (cf_ig_smem_bytes(p, nt) > limit)
             p->tma_store = 0;
-    }
-    /* The boxes in the patch slots (igemm.cuh, box_in_slot): one-stage tiles by TMA, two slots of 1 KB-aligned
-     * stages (B before them a multiple of 1 KB), and the boxes inside the part of a slot each TMA load rewrites
-     * (rows x channels x ld; the zero gap after the last row must stay zero). CONVFUSE_IG_BOX_IN_SLOT=0: own boxes. */
-    if (p->tma_store && p->pk_tma && p->pk_kc == 1 && !p->split && p->b_floats % 256 == 0 &&
-        2 * nt * 8 * 32 <= p->pk_rows * p->pk_cps * p->pk_ld && !getenv("CONVFUSE_IG_PATCH_SLOTS") &&
-        env_int("CONVFUSE_IG_BOX_IN_SLOT", 1, 0, 1)) {
-        const int stages0 = p->pk_stages, stage0 = p->pk_stage, a0 = p->a_floats;
-        p->box_in_slot = 1;
-        p->pk_stages = 2;
-        p->pk_stage = (p->pk_stage + 255) / 256 * 256;
-        p->a_floats = CF_IG_WGS * 2 * p->pk_stage;
-        if (cf_ig_smem_bytes(p, nt) > limit) {
-            p->box_in_slot = 0;
-            p->pk_stages = stages0;
-            p->pk_stage = stage0;
-            p->a_floats = a0;
-        }
     }
     p->stats_mode = 0;
     /* Tiles, group by group; in patch mode every image starts a new tile. */
@@ -728,8 +709,7 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
                 "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
                 "chunks=%d stats=%d patch_stages=%dx%dch\n",
                 p->wg ? "wgmma" : "mma.sync", p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
-                p->split ? "+split(channel halves x column phases)" : "",
-                p->tma_store ? (p->box_in_slot ? "+tma_store(box in slot)" : "+tma_store") : "", nt, passes,
+                p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes,
                 grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps);
     return CF_STATUS_SUCCESS;
 }

@@ -80,9 +80,6 @@ struct cf_ig_params {
      * pixels x its channel chunk leave as two boxes from shared memory (ig_store_tma). */
     CUtensorMap tmap_out;
     int tma_store;
-    int box_in_slot; /* TMA store with one-stage TMA patch tiles in a two-slot ring: a tile's output boxes are written
-                        into its own patch slot once its main loop is done (the next tile's stage is already landing
-                        in the other slot), so the next stage but one can be issued a whole tile ahead */
     const float *src, *wei, *bia;
     float *dst;
     int n, cin, h, w, cout, oh, ow, kh, kw;
@@ -150,7 +147,7 @@ static inline size_t cf_ig_smem_bytes(const struct cf_ig_params *p, int nt)
                                                                                   8 channels x 32 pixels */
     if (p->split)
         bytes += (size_t)CF_IG_XCH_FLOAT2 * 8; /* softmax exchange */
-    if (p->tma_store && !p->box_in_slot) /* 2 boxes per warpgroup of 8*NT rows x 128 bytes, 1 KB-aligned */
+    if (p->tma_store) /* 2 boxes per warpgroup of 8*NT rows x 128 bytes, 1 KB-aligned (swizzle atoms) */
         bytes += 1024 + (size_t)CF_IG_WGS * 2 * nt * 8 * 128;
     if (p->stats_mode) {
         bytes += (size_t)CF_IG_MAX_WARPS * p->nt_total * 8 * 2 * 4 + CF_IG_MAX_WARPS * 4; /* per-warp running stats */

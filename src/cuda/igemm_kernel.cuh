@@ -571,14 +571,9 @@ struct ig_patch_feed {
     /* TMA: stage k of the patch whose first input row is iy0, image im, into slot sl (one thread) */
     __device__ __forceinline__ void issue_tma(int k, int sl, int iy0, int im) const
     {
-        if ((threadIdx.x & 127) == 0) { /* one box: pk_rows rows x C channels x pk_ld columns from x = -gap */
-            /* box_in_slot: the slot may hold an earlier tile's output boxes: wait until their bulk store (issued by
-             * this same thread) has read them */
-            if (p.box_in_slot)
-                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        if ((threadIdx.x & 127) == 0) /* one box: pk_rows rows x C channels x pk_ld columns from x = -gap */
             ig_tma_load(&p.tmap, buf(sl), bar(sl), (uint32_t)p.pk_rows * (uint32_t)p.pk_cps * (uint32_t)p.pk_ld * 4u,
                         -p.pk_gap, k * p.pk_cps, iy0, im);
-        }
     }
 
     /* copy stage `k` (channels C*k..) of this tile into ring slot `sl` */
@@ -1169,16 +1164,14 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
  * into two 128-byte-swizzled boxes (32 pixels each; warps 0-1 and 2-3) and one thread stores them with two bulk
  * tensor copies, which clip pixels past the image and channels past C_out. The staging transpose then costs one
  * STS per value and no LDS/STG (ig_store: a shared round trip, then 4-byte stores of 16 pixels per channel). The
- * boxes are reused only after the previous tile's copies have read them (wait_group.read). `boxes`: the warpgroup's
- * own (s.ostage), or with box_in_slot the patch slot its main loop just finished reading (the barrier below orders
- * those reads before the writes; a patch copy into the slot waits for the store's read, ig_patch_feed::issue_tma). */
+ * boxes are reused only after the previous tile's copies have read them (wait_group.read). */
 template <int NT>
-__device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, float *boxes, int m_wg, int img, int chunk,
+__device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_smem &s, int m_wg, int img, int chunk,
                                              const float (&acc)[1][NT][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wl = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
     constexpr int BOX = NT * 8 * 32;
-    float *box = boxes + (wl >> 1) * BOX;
+    float *box = s.ostage + (wg * 2 + (wl >> 1)) * BOX;
     const bool leader = (threadIdx.x & 127) == 0;
     if (leader)
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
@@ -1193,7 +1186,7 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, float *boxes
     fence_proxy_async(); /* the generic-proxy writes -> the bulk copy (async proxy) */
     ig_wg_bar(wg);
     if (leader) {
-        const uint32_t b0 = (uint32_t)__cvta_generic_to_shared(boxes);
+        const uint32_t b0 = (uint32_t)__cvta_generic_to_shared(s.ostage + wg * 2 * BOX);
 #pragma unroll
         for (int b = 0; b < 2; ++b)
             asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
@@ -1712,11 +1705,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                     ig_tile_stats<NT, MT>(p, s, px, chunk, acc);
                 if constexpr (WG && NT <= 8 && !STATS) {
                     if (p.tma_store) {
-                        /* box_in_slot: this tile's own patch slot, the one before the ring's next */
-                        float *boxes = p.box_in_slot
-                                           ? s.a + ((warp >> 2) * 2 + (((pk_ring >> 2) & 1) ^ 1)) * p.pk_stage
-                                           : s.ostage + (warp >> 2) * 2 * (NT * 8 * 32);
-                        ig_store_tma<NT>(p, boxes, m_tile + (warp >> 2) * 64, t_img, chunk, acc);
+                        ig_store_tma<NT>(p, s, m_tile + (warp >> 2) * 64, t_img, chunk, acc);
                         continue;
                     }
                 }

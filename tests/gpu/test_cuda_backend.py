@@ -176,29 +176,6 @@ def test_tma_store(case, tma, monkeypatch, capfd):
     assert ("+tma_store" in err) == tma, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
 
 
-# Output boxes in the patch slots (igemm.cuh box_in_slot): one-stage TMA patch tiles (C_in <= 8, stride-1 rows) with
-# the TMA store run a two-slot ring whose slot, once its main loop is done, holds that tile's output boxes; the
-# stage after next is issued a tile ahead. Several tiles per CTA (the ring runs across tiles), halos (padding 1)
-# and a partial last tile per image. CONVFUSE_IG_BOX_IN_SLOT=0: the boxes of their own.
-BOX_IN_SLOT_CASES = [
-    Case(False, 8, 8, 128, 128, 16, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_EVAL),  # ~4 tiles per CTA
-    Case(False, 3, 4, 17, 20, 24, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True, BN_EVAL),  # halos, 340 pixels
-    Case(False, 6, 8, 66, 68, 64, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), False, KB91_CHAIN),  # softmax
-    Case(False, 2, 5, 40, 44, 8, (2, 3), (1, 1), (0, 1), (0, 0), (2, 1), True, [("affine_channel",)]),  # dilation
-]
-
-
-@pytest.mark.parametrize("on", [True, False], ids=["box_in_slot", "own_boxes"])
-@pytest.mark.parametrize("case", BOX_IN_SLOT_CASES, ids=lambda c: c.line())
-def test_box_in_slot(case, on, monkeypatch, capfd):
-    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
-    monkeypatch.setenv("CONVFUSE_IG_BOX_IN_SLOT", "1" if on else "0")
-    gpu_case(case, torch.Generator().manual_seed(case.c_out + 7), math="strict")
-    err = capfd.readouterr().err
-    assert "+tma_store" in err, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
-    assert ("(box in slot)" in err) == on, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
-
-
 class KB91(nn.Module):
     """KernelBench level 2 #91, as defined there."""
 
