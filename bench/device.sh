@@ -38,7 +38,7 @@ for step in "$@"; do
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
         ls -la "$OUT" ;;
     fuzz)  # the default choice (wgmma + TMA input patch where it fits), then each path and patch variant forced
-        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges nosums}; do
+        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges}; do
             echo "--- fuzz, tensor-core path: $v"
             case $v in
             sync) e="CONVFUSE_IG_MMA=sync" ;;
@@ -51,7 +51,6 @@ for step in "$@"; do
             slots1) e="CONVFUSE_IG_PATCH_SLOTS=1" ;;
             slots2) e="CONVFUSE_IG_PATCH_SLOTS=2" ;;
             ranges) e="CONVFUSE_IG_INTERLEAVE=0" ;;
-            nosums) e="CONVFUSE_BN_STATS_SUMS=0" ;;
             *) e="DEFAULT=1" ;;
             esac
             env $e timeout 300 .devbuild/fuzz_shapes --backend cuda \

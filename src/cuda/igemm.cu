@@ -484,9 +484,11 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     }
     p->tile_start[p->ngroup] = (int)tiles;
     p->num_tiles = (int)tiles;
-    /* Tile order: interleaved across the grid (cluster c takes c, c + clusters, ...) by default, so the grid writes
-     * each output plane as one advancing front; CONVFUSE_IG_INTERLEAVE=0 gives each cluster a contiguous range. */
-    p->tile_interleave = env_int("CONVFUSE_IG_INTERLEAVE", 1, 0, 1);
+    /* Tile order. One phase: interleaved across the grid (cluster c takes c, c + clusters, ...), so the grid writes
+     * each output plane as one advancing front (H100, KB2-73 eval 0.330 -> 0.313 ms, train 0.677 -> 0.666). Phase
+     * groups: a contiguous range per cluster (interleaved, KB2-91 went 1.29 -> 1.53 ms). CONVFUSE_IG_INTERLEAVE=0|1
+     * overrides. */
+    p->tile_interleave = env_int("CONVFUSE_IG_INTERLEAVE", p->nphase == 1, 0, 1);
     p->pace = env_int("CONVFUSE_IG_PACE", CF_IG_PACE_DEFAULT, 1, 1 << 20);
     *nt_out = nt;
     return true;
@@ -710,11 +712,10 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (cf_verbose("launch"))
         fprintf(stderr,
                 "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
-                "chunks=%d stats=%d%s patch_stages=%dx%dch tiles=%s\n",
+                "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s\n",
                 p->wg ? "wgmma" : "mma.sync", p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
                 p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes,
-                grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode,
-                p->stats_sums ? "+sums" : "", p->pk_stages, p->pk_cps, p->tile_interleave ? "interleaved" : "ranges");
+                grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps, p->tile_interleave ? "interleaved" : "ranges");
     return CF_STATUS_SUCCESS;
 }
 
@@ -802,15 +803,6 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
         ig_stages(plan, args, 0, bn, NULL, NULL, &ps);
         ps.stats_mode = inplace ? 2 : 1;
         ps.stats = ws_stats;
-        /* per-thread shifted sums after each warp's first tile (ig_tile_sums): wgmma tiles, one channel chunk, where
-         * the 16 bytes per thread and channel pair fit (no TMA-store boxes in this pass). CONVFUSE_BN_STATS_SUMS=0:
-         * the per-tile butterfly merges throughout. */
-        ps.stats_sums = 0;
-        if (ps.wg && ps.nchunk == 1 && env_int("CONVFUSE_BN_STATS_SUMS", 1, 0, 1)) {
-            ps.stats_sums = 1;
-            if (cf_ig_smem_bytes(&ps, nt) > (size_t)smem_optin_bytes())
-                ps.stats_sums = 0;
-        }
         int grid = 0;
         cf_status_t st = ig_launch(&ps, nt, inplace ? passes : cf_ig_stats_products(plan, &ps, passes),
                                    plan->device_sm_count, max_blocks, stream, &grid);

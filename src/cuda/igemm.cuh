@@ -105,8 +105,6 @@ struct cf_ig_params {
     int nops;
     struct cf_ig_op op[CF_CHAIN_MAX_OPS];
     int stats_mode;         /* 1: no store; per-CTA per-channel (count, mean, M2) into stats */
-    int stats_sums;         /* statistics after each warp's first tile as per-thread sums of (x - K) and (x - K)^2,
-                               K = that first tile's mean (ig_tile_sums): one chunk, wgmma, shared memory permitting */
     float *stats;           /* [gridDim.x][cout_pad][3]: count, mean, M2 */
     int a_floats;           /* shared floats of the A region: the per-thread ring, or the input patches */
     int pace;               /* cluster mode: tiles between the pair's pacing barriers */
@@ -153,10 +151,7 @@ static inline size_t cf_ig_smem_bytes(const struct cf_ig_params *p, int nt)
     if (p->tma_store) /* 2 boxes per warpgroup of 8*NT rows x 128 bytes, 1 KB-aligned (swizzle atoms) */
         bytes += 1024 + (size_t)CF_IG_WGS * 2 * nt * 8 * 128;
     if (p->stats_mode) {
-        bytes += (size_t)CF_IG_MAX_WARPS * p->nt_total * 8 * 2 * 4 + CF_IG_MAX_WARPS * 2 * 4; /* per-warp running
-                                                                                               stats, 2 counts */
-        if (p->stats_sums) /* 16-byte aligned: [channel pair][thread] float4 */
-            bytes += 16 + (size_t)p->nt_total * CF_IG_WGS * 128 * 16;
+        bytes += (size_t)CF_IG_MAX_WARPS * p->nt_total * 8 * 2 * 4 + CF_IG_MAX_WARPS * 4; /* per-warp running stats */
     }
     return bytes;
 }

@@ -51,8 +51,7 @@ struct ig_smem {
     int2 *step_off; /* patch mode: per k8 step of a stage, the byte offsets (lo, hi) of its two channel-row halves
                        in a patch buffer; odd hi = that half is zero (see ig_patch_feed) */
     float *run_mean, *run_m2; /* [warp][C_out padded]: the warp's running statistics over its tiles */
-    int *run_cnt;             /* [warp] the first tiles' pixels; then [warp] the pixels in the sums (stats_sums) */
-    float4 *sums;             /* stats_sums: [n8 tile][thread] (sum x-K, sum (x-K)^2) of channels 2t and 2t+1 */
+    int *run_cnt;             /* [warp] */
     float *stage; /* [warp][8 channels][CF_IG_STAGE_LD or CF_IG_SPLIT_LD]: fragment -> row-major transpose for
                      coalesced stores */
     float2 *xch;  /* split mode: softmax (max, sum) per pixel, written by the peer CTA (CF_IG_XCH_FLOAT2) */
@@ -81,12 +80,7 @@ __device__ __forceinline__ ig_smem ig_carve(const cf_ig_params &p, float *base)
     s.run_m2 = s.run_mean + CF_IG_MAX_WARPS * p.nt_total * 8;
     s.run_cnt = reinterpret_cast<int *>(s.run_m2 + CF_IG_MAX_WARPS * p.nt_total * 8);
     /* after everything else (cf_ig_smem_bytes adds it last, with 1 KB of alignment slack) */
-    float *end = p.stats_mode ? reinterpret_cast<float *>(s.run_cnt + 2 * CF_IG_MAX_WARPS) : s.run_mean;
-    if (p.stats_mode && p.stats_sums) {
-        const uint32_t smis = (uint32_t)__cvta_generic_to_shared(end) & 15u;
-        s.sums = reinterpret_cast<float4 *>(end + ((16u - smis) & 15u) / 4);
-        end = reinterpret_cast<float *>(s.sums + p.nt_total * CF_IG_WGS * 128);
-    }
+    float *end = p.stats_mode ? reinterpret_cast<float *>(s.run_cnt + CF_IG_MAX_WARPS) : s.run_mean;
     const uint32_t emis = (uint32_t)__cvta_generic_to_shared(end) & 1023u;
     s.ostage = end + ((1024u - emis) & 1023u) / 4;
     return s;
@@ -1350,73 +1344,6 @@ __device__ __forceinline__ int ig_bfly_index(int i, int lane)
     return i + (V / 2) * ((lane >> 4) & 1) + (V / 4) * ((lane >> 3) & 1) + (V / 8) * ((lane >> 2) & 1);
 }
 
-/* stats_sums, every tile of a warp after its first: per-thread sums of d = x - K and d^2 in shared memory, K the
- * warp's running mean after its first tile (ig_tile_stats). No shuffles: per value one FADD, an FADD or FFMA into
- * the sums, and per channel pair one LDS.128 and one STS.128 ([n8 tile][thread] float4: conflict-free). With K
- * that close to the mean (16 pixels' worth), d^2 sums lose nothing to cancellation; ig_fold_sums merges them
- * into the warp's (count, mean, M2) once, at the end. */
-template <int NT>
-__device__ __forceinline__ void ig_tile_sums(const cf_ig_params &p, const ig_smem &s, const ig_pixels<1> &px,
-                                             const float (&acc)[1][NT][4])
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
-    const bool v0 = px.img[0] >= 0, v1 = px.img[1] >= 0;
-    const unsigned b0 = __ballot_sync(0xffffffffu, v0), b1 = __ballot_sync(0xffffffffu, v1);
-    if ((b0 | b1) == 0)
-        return; /* warp-uniform: no pixel of this warp in the image */
-    const float2 *K = reinterpret_cast<const float2 *>(s.run_mean + warp * p.nt_total * 8) + t;
-    float4 *S = s.sums + threadIdx.x;
-    const bool full = (b0 & b1) == 0xffffffffu; /* warp-uniform: every row valid (all tiles but image ends) */
-    const float m0 = v0 ? 1.f : 0.f, m1 = v1 ? 1.f : 0.f;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        const float2 k = K[nt * 4];
-        float4 a = S[nt * CF_IG_WGS * 128];
-        float d0 = acc[0][nt][0] - k.x, d1 = acc[0][nt][1] - k.y, d2 = acc[0][nt][2] - k.x, d3 = acc[0][nt][3] - k.y;
-        if (!full) {
-            d0 *= m0;
-            d1 *= m0;
-            d2 *= m1;
-            d3 *= m1;
-        }
-        a.x += d0 + d2;
-        a.y = fmaf(d0, d0, fmaf(d2, d2, a.y));
-        a.z += d1 + d3;
-        a.w = fmaf(d1, d1, fmaf(d3, d3, a.w));
-        S[nt * CF_IG_WGS * 128] = a;
-    }
-    if (lane == 0) /* a row is shared by the quad's 4 lanes */
-        s.run_cnt[CF_IG_MAX_WARPS + warp] += (__popc(b0) + __popc(b1)) >> 2;
-}
-
-/* stats_sums, once at the end (every thread, between CTA barriers): per warp and channel, the 8 lanes' sums in a
- * fixed order, turned into (count, mean, M2) about K and Chan-merged into the warp's first-tile values. */
-__device__ __forceinline__ void ig_fold_sums(const cf_ig_params &p, const ig_smem &s)
-{
-    const int cpad = p.nt_total * 8, nw = (int)(blockDim.x >> 5);
-    __syncthreads();
-    for (int i = threadIdx.x; i < nw * cpad; i += blockDim.x) {
-        const int w = i / cpad, c = i - w * cpad, n2 = s.run_cnt[CF_IG_MAX_WARPS + w], n1 = s.run_cnt[w];
-        if (n2 == 0)
-            continue;
-        const int nt = c >> 3, t = (c & 7) >> 1, e = c & 1;
-        double s1 = 0., s2 = 0.;
-        for (int g = 0; g < 8; ++g) {
-            const float4 v = s.sums[nt * CF_IG_WGS * 128 + w * 32 + g * 4 + t];
-            s1 += e ? v.z : v.x;
-            s2 += e ? v.w : v.y;
-        }
-        const double k = s.run_mean[w * cpad + c], mean2 = k + s1 / n2, q2 = s2 - s1 * s1 / n2;
-        const double n = (double)n1 + n2, d = mean2 - k; /* the first tiles' mean is k itself */
-        s.run_mean[w * cpad + c] = (float)(k + d * (n2 / n));
-        s.run_m2[w * cpad + c] = (float)(s.run_m2[w * cpad + c] + q2 + d * d * ((double)n1 * n2 / n));
-    }
-    __syncthreads();
-    for (int w = threadIdx.x; w < nw; w += blockDim.x)
-        s.run_cnt[w] += s.run_cnt[CF_IG_MAX_WARPS + w];
-    __syncthreads();
-}
-
 /* Per-channel statistics of this warp's pixels of the tile (count, mean, M2), merged (Chan) into the warp's own
  * running values in shared memory: no CTA barrier per tile (a CTA-wide merge per tile made the statistics pass
  * slower than the full pass with its stores). The warps are merged once, at the end of the kernel. The sums over
@@ -1538,11 +1465,8 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             s.run_mean[c] = 0.f;
             s.run_m2[c] = 0.f;
         }
-        for (int w = threadIdx.x; w < 2 * CF_IG_MAX_WARPS; w += blockDim.x)
+        for (int w = threadIdx.x; w < CF_IG_MAX_WARPS; w += blockDim.x)
             s.run_cnt[w] = 0;
-        if (p.stats_sums)
-            for (int i = threadIdx.x; i < p.nt_total * CF_IG_WGS * 128; i += blockDim.x)
-                s.sums[i] = make_float4(0.f, 0.f, 0.f, 0.f);
         __syncthreads();
     }
 
@@ -1789,16 +1713,8 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                         ig_softmax_scale<NT, MT>(cl, acc);
                     ig_apply_stages<NT, MT>(p, s, pre_end + 1, p.nstage, chunk, acc);
                 }
-                if constexpr (STATS) {
-                    bool summed = false;
-                    if constexpr (WG) /* after the warp's first tile (its count is warp-uniform) */
-                        if (p.stats_sums && s.run_cnt[warp] > 0) {
-                            ig_tile_sums<NT>(p, s, px, *reinterpret_cast<const float(*)[1][NT][4]>(&acc[0]));
-                            summed = true;
-                        }
-                    if (!summed)
-                        ig_tile_stats<NT, MT>(p, s, px, chunk, acc);
-                }
+                if constexpr (STATS)
+                    ig_tile_stats<NT, MT>(p, s, px, chunk, acc);
                 if constexpr (WG && NT <= 8 && !STATS) {
                     if (p.tma_store) {
                         ig_store_tma<NT>(p, s, m_tile + (warp >> 2) * 64, t_img, chunk, acc);
@@ -1819,8 +1735,6 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
         asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 
     if (STATS) {
-        if (p.stats_sums)
-            ig_fold_sums(p, s);
         __syncthreads();
         float *out = p.stats + (size_t)blockIdx.x * p.nt_total * 8 * 3;
         const int cpad = p.nt_total * 8;

@@ -225,29 +225,7 @@ def test_kb73_random(i, math):
     gpu_case(case, gen, math)
 
 
-# Batch-norm statistics as per-thread shifted sums after each warp's first tile (ig_tile_sums, stats_sums). Cases
-# with many tiles per warp, partial last tiles, inputs far from zero mean (x_scale), a chunk of fewer channels, and
-# the in-place path. CONVFUSE_BN_STATS_SUMS=0: the per-tile butterfly merges throughout.
 BN_TRAIN = [("batch_norm", True, 0.1, 1e-5, True), ("mul_scalar", 2.0)]
-STATS_SUMS_CASES = [
-    Case(False, 16, 8, 66, 68, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),  # ~4 tiles per warp
-    Case(False, 3, 5, 23, 29, 19, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), False, BN_TRAIN, x_scale=50.0),
-    Case(False, 4, 13, 40, 36, 40, (3, 2), (2, 1), (1, 0), (0, 0), (1, 2), True,
-         [("batch_norm", True, None, 1e-5, False), ("mul_scalar", -0.5)]),
-    Case(False, 2, 3, 31, 33, 7, (1, 1), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN, extra={"bn_path": "inplace"}),
-]
-
-
-@pytest.mark.parametrize("on", [True, False], ids=["sums", "butterflies"])
-@pytest.mark.parametrize("case", STATS_SUMS_CASES, ids=lambda c: c.line())
-def test_bn_stats_sums(case, on, monkeypatch, capfd):
-    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
-    monkeypatch.setenv("CONVFUSE_BN_STATS_SUMS", "1" if on else "0")
-    if case.extra.get("bn_path"):
-        monkeypatch.setenv("CONVFUSE_BN_PATH", case.extra["bn_path"])
-    gpu_case(case, torch.Generator().manual_seed(case.c_out + 3))
-    err = capfd.readouterr().err
-    assert ("+sums" in err) == on, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
 
 
 # Tile order (cf_ig_params::tile_interleave): clusters take every grid-th tile by default, contiguous ranges with
