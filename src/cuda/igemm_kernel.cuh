@@ -452,23 +452,15 @@ __device__ __forceinline__ void ig_mbar_init(uint32_t bar, uint32_t count)
 }
 
 /* Wait for phase `parity` of the mbarrier. One PTX loop: a C loop around try_wait is a divergent branch to ptxas,
- * which then serialised the in-flight wgmma of the 3xTF32 variants (C7518, "WG.DP in divergent path").
- * CLUSTER: the peer CTA arrives on it (split mode): acquire at cluster scope, so the peer's remote stores before its
- * arrive are visible after. */
-template <bool CLUSTER = false>
+ * which then serialised the in-flight wgmma of the 3xTF32 variants (C7518, "WG.DP in divergent path"). The bytes
+ * its phase waited for (TMA copies, the peer's st.async in split mode) are visible after it. */
 __device__ __forceinline__ void ig_mbar_wait(uint32_t bar, uint32_t parity)
 {
-#define CF_MBAR_TRY_WAIT(SEM)                                                                                   \
-    asm volatile("{\n.reg .pred p;\nCF_MBAR_WAIT:\n"                                                            \
-                 "mbarrier.try_wait.parity" SEM ".shared::cta.b64 p, [%0], %1;\n"                               \
-                 "@!p bra CF_MBAR_WAIT;\n}\n" ::"r"(bar),                                                        \
-                 "r"(parity)                                                                                    \
-                 : "memory")
-    if constexpr (CLUSTER)
-        CF_MBAR_TRY_WAIT(".acquire.cluster");
-    else
-        CF_MBAR_TRY_WAIT("");
-#undef CF_MBAR_TRY_WAIT
+    asm volatile("{\n.reg .pred p;\nCF_MBAR_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra CF_MBAR_WAIT;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
 }
 
 /* one 4-D box of the input into shared memory; completion (its byte count) is signalled on `bar` */
@@ -1219,10 +1211,12 @@ __device__ __forceinline__ uint32_t ig_mapa(uint32_t addr, uint32_t rank)
 /* The channel softmax across the pair: m[2h + r], l[2h + r] are this CTA's max and sum of exp(x - max) over its
  * channels for column phase h (acc[h]) and pixel row r (pair 16*warp + g + 8r of the warpgroup), with acc already
  * exp(x - max) (ig_chunk_softmax_stats over acc as two m16 tiles). The
- * quad's lane t = 0 writes them into the peer's exchange slot and arrives on the peer's barrier; every thread waits
- * for the peer's values in its own slot, and acc becomes exp(x - M) / L with M, L over both halves. Two slots used
- * in turn (tile count k): the peer writes a slot again only after it has waited for this CTA's next arrival, which
- * comes after this CTA's reads of the slot. */
+ * quad's lane t = 0 writes them into the peer's exchange slot with st.async, each store completing its bytes on the
+ * peer's barrier (no release fence: a remote arrive with release at cluster scope had cost a MEMBAR per tile and the
+ * cluster-scope acquire an L1 invalidate); one thread per warpgroup arms its own slot's barrier for the 1 KB it
+ * expects. Every thread waits for the peer's values in its own slot, and acc becomes exp(x - M) / L with M, L over
+ * both halves. Two slots used in turn (tile count k): the peer writes a slot again only after it has waited for this
+ * CTA's next values, which this CTA sends after its reads of the slot. */
 template <int NT>
 __device__ __forceinline__ void ig_split_softmax(const ig_smem &s, uint32_t bars, uint32_t peer, uint32_t k,
                                                  const float (&m)[4], const float (&l)[4], float (&acc)[2][NT][4])
@@ -1230,20 +1224,22 @@ __device__ __forceinline__ void ig_split_softmax(const ig_smem &s, uint32_t bars
     const int lane = threadIdx.x & 31, g = lane >> 2, wg = threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3;
     const uint32_t slot = k & 1u, bar = bars + 8u * (slot * CF_IG_WGS + wg);
     float2 *xb = s.xch + (slot * CF_IG_WGS + wg) * 2 * 64; /* [column phase][pair] */
+    /* this CTA's slot expects the peer's 32 quads x 4 values x 8 bytes (the one arrival of its phase) */
+    if ((threadIdx.x & 127) == 0)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(32u * 4u * 8u)
+                     : "memory");
     if ((lane & 3) == 0) {
-        const uint32_t rx = ig_mapa((uint32_t)__cvta_generic_to_shared(xb), peer);
+        const uint32_t rx = ig_mapa((uint32_t)__cvta_generic_to_shared(xb), peer), rbar = ig_mapa(bar, peer);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-                asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(
+                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
                                  rx + 8u * (h * 64 + wl * 16 + g + 8 * r)),
-                             "f"(m[2 * h + r]), "f"(l[2 * h + r])
+                             "f"(m[2 * h + r]), "f"(l[2 * h + r]), "r"(rbar)
                              : "memory");
-        asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(ig_mapa(bar, peer))
-                     : "memory");
     }
-    ig_mbar_wait<true>(bar, (k >> 1) & 1u);
+    ig_mbar_wait(bar, (k >> 1) & 1u);
     float f[2][2];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
@@ -1454,7 +1450,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
         x_peer ^= 1u;
         if (threadIdx.x == 0) {
             for (int b = 0; b < 2 * CF_IG_WGS; ++b)
-                ig_mbar_init(x_bars + 8u * b, 32); /* lane t = 0 of each of the peer warpgroup's 32 quads */
+                ig_mbar_init(x_bars + 8u * b, 1); /* this CTA's expect_tx; the peer's st.async complete the bytes */
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         /* both CTAs' barriers exist before either arrives on the other's */
