@@ -1194,8 +1194,7 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_sme
         const float *b0 = s.ostage + wg * 2 * BOX;
         float *dst = p.dst + (int64_t)img * p.cout * plane + m_wg;
 #pragma unroll
-        for (int i = 0; i < NT; ++i) { /* 2 boxes x 8 NT rows x 8 chunks = 128 NT: chunk q is box q / (64 NT), channel
-                                          row (q / 8) % (8 NT), 16 bytes q % 8 */
+        for (int i = 0; i < 2 * NT; ++i) { /* chunk q: box q / (8 NT * 8), channel row (q / 8) % (8 NT), 16 bytes q % 8 */
             const int q = i * 128 + wt, b = q / (NT * 64), c = (q >> 3) & (NT * 8 - 1), j = q & 7;
             const float4 v = *reinterpret_cast<const float4 *>(b0 + b * BOX + c * 32 + ((j ^ (c & 7)) << 2));
             const int px = 32 * b + 4 * j;
