@@ -457,9 +457,8 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
      * CONVFUSE_IG_TMA_STORE=0 keeps the per-warp staging and 4-byte stores. */
     p->tma_store = 0;
     if (patched && p->nphase == 1 && nt <= 8 && (int64_t)p->oh * p->ow % 4 == 0 &&
-        env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 2)) {
-        /* 1: bulk tensor copies out of the boxes; 2: the warpgroup's own 16-byte stores out of them */
-        p->tma_store = env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 2);
+        env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 1)) {
+        p->tma_store = 1;
         if (cf_ig_smem_bytes(p, nt) > limit)
             p->tma_store = 0;
     }
@@ -715,8 +714,7 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
                 "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
                 "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s\n",
                 p->wg ? "wgmma" : "mma.sync", p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
-                p->split ? "+split(channel halves x column phases)" : "", p->tma_store == 1 ? "+tma_store" : p->tma_store == 2 ? "+box_store" : "", nt,
-                passes,
+                p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes,
                 grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps, p->tile_interleave ? "interleaved" : "ranges");
     return CF_STATUS_SUCCESS;
 }

@@ -1174,8 +1174,7 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_sme
             box[threadIdx.x & 31] = k;
         return;
     }
-    const bool bulk = p.tma_store == 1;
-    if (bulk && leader)
+    if (leader)
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     ig_wg_bar(wg);
 #pragma unroll
@@ -1185,24 +1184,6 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_sme
             const int c = nt * 8 + 2 * t + (e & 1), col = 16 * (wl & 1) + g + 8 * (e >> 1);
             box[c * 32 + ((((col >> 2) ^ c) & 7) << 2) + (col & 3)] = acc[0][nt][e];
         }
-    if (!bulk) { /* tma_store 2: the warpgroup copies the boxes out with 16-byte stores, 4 whole lines per warp
-                    instruction (no TMA: the engine then serves only the patch copies) */
-        ig_wg_bar(wg);
-        if constexpr ((CF_IG_ABLATE & 1) != 0)
-            return;
-        const int wt = threadIdx.x & 127, plane = p.oh * p.ow, c0 = chunk * NT * 8;
-        const float *b0 = s.ostage + wg * 2 * BOX;
-        float *dst = p.dst + (int64_t)img * p.cout * plane + m_wg;
-#pragma unroll
-        for (int i = 0; i < 2 * NT; ++i) { /* chunk q: box q / (8 NT * 8), channel row (q / 8) % (8 NT), 16 bytes q % 8 */
-            const int q = i * 128 + wt, b = q / (NT * 64), c = (q >> 3) & (NT * 8 - 1), j = q & 7;
-            const float4 v = *reinterpret_cast<const float4 *>(b0 + b * BOX + c * 32 + ((j ^ (c & 7)) << 2));
-            const int px = 32 * b + 4 * j;
-            if (m_wg + px < plane && c0 + c < p.cout) /* OH*OW % 4 == 0: a chunk is wholly in or out */
-                *reinterpret_cast<float4 *>(dst + (int64_t)(c0 + c) * plane + px) = v;
-        }
-        return;
-    }
     fence_proxy_async(); /* the generic-proxy writes -> the bulk copy (async proxy) */
     ig_wg_bar(wg);
     if (leader && (CF_IG_ABLATE & 1) == 0) { /* ablation 1: boxes written, never copied out */
@@ -1742,7 +1723,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
         }
     }
 
-    if (p.tma_store == 1 && (threadIdx.x & 127) == 0) /* the last bulk stores are done before the CTA leaves */
+    if (p.tma_store && (threadIdx.x & 127) == 0) /* the last bulk stores are done before the CTA leaves */
         asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     /* split mode paces nothing: each CTA writes whole rows, and the exchange's waits order every access to the
      * peer's shared memory before either CTA can leave */
