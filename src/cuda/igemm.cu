@@ -462,7 +462,6 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
         if (cf_ig_smem_bytes(p, nt) > limit)
             p->tma_store = 0;
     }
-    p->store_evict_first = (p->tma_store || p->split) && env_int("CONVFUSE_IG_STORE_EVICT_FIRST", 1, 0, 1);
     p->stats_mode = 0;
     /* Tiles, group by group; in patch mode every image starts a new tile. */
     const int tm = p->wg ? CF_IG_WG_TILE_M : CF_IG_TILE_M; /* as the kernel's TM */

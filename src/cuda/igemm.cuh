@@ -80,8 +80,6 @@ struct cf_ig_params {
      * pixels x its channel chunk leave as two boxes from shared memory (ig_store_tma). */
     CUtensorMap tmap_out;
     int tma_store;
-    int store_evict_first; /* output stores hinted evict-first in L2 (TMA store: cache-hint policy; split mode:
-                              st.global.cs), so the input rows the next tiles read stay in L2 */
     const float *src, *wei, *bia;
     float *dst;
     int n, cin, h, w, cout, oh, ow, kh, kw;

@@ -1188,24 +1188,12 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_sme
     ig_wg_bar(wg);
     if (leader && (CF_IG_ABLATE & 1) == 0) { /* ablation 1: boxes written, never copied out */
         const uint32_t b0 = (uint32_t)__cvta_generic_to_shared(s.ostage + wg * 2 * BOX);
-        if (p.store_evict_first) { /* the output streams through L2: evict it first, keep the input rows */
-            uint64_t pol;
-            asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 #pragma unroll
-            for (int b = 0; b < 2; ++b)
-                asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4}], "
-                             "[%1], %5;" ::"l"(&p.tmap_out),
-                             "r"(b0 + (uint32_t)(b * BOX * 4)), "r"(m_wg + 32 * b), "r"(chunk * NT * 8), "r"(img),
-                             "l"(pol)
-                             : "memory");
-        } else {
-#pragma unroll
-            for (int b = 0; b < 2; ++b)
-                asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
-                                 &p.tmap_out),
-                             "r"(b0 + (uint32_t)(b * BOX * 4)), "r"(m_wg + 32 * b), "r"(chunk * NT * 8), "r"(img)
-                             : "memory");
-        }
+        for (int b = 0; b < 2; ++b)
+            asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                             &p.tmap_out),
+                         "r"(b0 + (uint32_t)(b * BOX * 4)), "r"(m_wg + 32 * b), "r"(chunk * NT * 8), "r"(img)
+                         : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
 }
@@ -1295,23 +1283,16 @@ __device__ __forceinline__ void ig_store_split(const cf_ig_params &p, const ig_s
         for (int c = 0; c < 8; ++c)
             v[c] = stg[c * CF_IG_SPLIT_LD + lane];
         __syncwarp();
-        if (px.st_ok) { /* store_evict_first: streaming stores (st.global.cs), the output passes through L2 once */
+        if (px.st_ok) {
             if (whole) {
 #pragma unroll
                 for (int c = 0; c < 8; ++c)
-                    if (p.store_evict_first)
-                        __stcs(dst + c * plane, v[c]);
-                    else
-                        dst[c * plane] = v[c];
+                    dst[c * plane] = v[c];
             } else {
 #pragma unroll
                 for (int c = 0; c < 8; ++c)
-                    if (cbase + nt * 8 + c < p.cout) {
-                        if (p.store_evict_first)
-                            __stcs(dst + c * plane, v[c]);
-                        else
-                            dst[c * plane] = v[c];
-                    }
+                    if (cbase + nt * 8 + c < p.cout)
+                        dst[c * plane] = v[c];
             }
         }
         dst += 8 * plane;
