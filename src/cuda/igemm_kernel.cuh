@@ -1343,10 +1343,9 @@ __device__ __forceinline__ int ig_bfly_index(int i, int lane)
 /* Per-channel statistics of this warp's pixels of the tile (count, mean, M2), merged (Chan) into the warp's own
  * running values in shared memory: no CTA barrier per tile (a CTA-wide merge per tile made the statistics pass
  * slower than the full pass with its stores). The warps are merged once, at the end of the kernel. The sums over
- * the warp's pixels go by halving butterflies (ig_bfly_reduce). Sums of d = x - K and d^2 about the warp's running
- * mean K (first tile: a value of the tile) go in one reduction of both: 2 shuffles per value (the tile mean handed back to every lane for a second
- * pass over d = x - mean took 21/8, and per-value three-shuffle reductions had made this pass slower than the one
- * that writes the output). */
+ * the warp's pixels go by halving butterflies (ig_bfly_reduce): per value 7/8 of a shuffle for the sums, as many
+ * to hand the means back, and 7/8 for M2 (the per-value three-shuffle reductions had made this pass slower than
+ * the one that writes the output). Every lane then merges one channel per group of 8 columns. */
 template <int NT, int MT>
 __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_smem &s, const ig_pixels<MT> &px, int chunk,
                                               const float (&acc)[MT][NT][4])
@@ -1366,44 +1365,42 @@ __device__ __forceinline__ void ig_tile_stats(const cf_ig_params &p, const ig_sm
     const float inv = 1.f / cnt;
     const int na = s.run_cnt[warp];
     const float fb = (float)cnt / (na + cnt), fab = (float)na * (float)cnt / (na + cnt);
-    const float *rk = s.run_mean + warp * cpad + chunk * NT * 8 + 2 * t;
-    /* in groups of 4 columns, 8 values (the variants are at the 128-register cap: 16 values at once went to the
-     * stack). After the reduction lane g holds the sum of d (g even) or of d^2 (g odd) of column g4*4 + g/2; one
-     * more shuffle gives the even lane both, and it merges that column. */
+    /* in groups of 8 columns (the shuffles per value are the same as for all V at once, with fewer registers
+     * live: the NT=16 variants are at the register cap) */
 #pragma unroll
-    for (int g4 = 0; g4 < V / 4; ++g4) {
-        float v[8], kq[4]; /* v[2q], v[2q + 1]: sum of d and of d^2, column g4*4 + q, about kq[q] */
+    for (int g8 = 0; g8 < V / 8; ++g8) {
+        float v[8];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int k = g4 * 4 + q;
-            /* K: the warp's running mean; on its first tile the column's value at the warp's first pixel (row 0,
-             * lane t: valid whenever any pixel is), so that no tile sums about a K far from its values */
-            float K = rk[(k >> 1) * 8 + (k & 1)];
-            if (na == 0) /* warp-uniform */
-                K = __shfl_sync(0xffffffffu, acc[0][k >> 1][k & 1], t);
-            kq[q] = K;
-            float s1 = 0.f, s2 = 0.f;
+        for (int q = 0; q < 8; ++q) {
+            const int k = g8 * 8 + q;
+            float sum = 0.f;
+#pragma unroll
+            for (int r = 0; r < 2 * MT; ++r)
+                sum += px.img[r] >= 0 ? acc[r >> 1][k >> 1][(r & 1) * 2 + (k & 1)] : 0.f;
+            v[q] = sum;
+        }
+        ig_bfly_reduce<8>(v, lane);
+        const float mean = v[0] * inv;
+        v[0] = mean;
+        ig_bfly_spread<8>(v, lane); /* v[q] = the mean of column g8*8 + q */
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            const int k = g8 * 8 + q;
+            float m2 = 0.f;
 #pragma unroll
             for (int r = 0; r < 2 * MT; ++r) {
-                const float d = px.img[r] >= 0 ? acc[r >> 1][k >> 1][(r & 1) * 2 + (k & 1)] - K : 0.f;
-                s1 += d;
-                s2 = fmaf(d, d, s2);
+                const float d = acc[r >> 1][k >> 1][(r & 1) * 2 + (k & 1)] - v[q];
+                m2 += px.img[r] >= 0 ? d * d : 0.f;
             }
-            v[2 * q] = s1;
-            v[2 * q + 1] = s2;
+            v[q] = m2;
         }
-        ig_bfly_reduce<8>(v, lane); /* all reads of K above happen before any lane's update below */
-        const float s2 = __shfl_xor_sync(0xffffffffu, v[0], 4);
-        const int qo = ig_bfly_index<8>(0, lane) >> 1; /* this lane's column in the group */
-        const float ko = qo == 0 ? kq[0] : qo == 1 ? kq[1] : qo == 2 ? kq[2] : kq[3];
-        if ((lane & 4) == 0) {
-            const int k = g4 * 4 + qo;
-            const int c = (chunk * NT + (k >> 1)) * 8 + 2 * t + (k & 1);
-            float *ma = s.run_mean + warp * cpad + c, *qa = s.run_m2 + warp * cpad + c;
-            const float d = v[0] * inv, delta = ko + d - *ma; /* the tile's mean ko + d, less the running mean */
-            *ma += delta * fb;
-            *qa += (s2 - v[0] * d) + delta * delta * fab;
-        }
+        ig_bfly_reduce<8>(v, lane);
+        const int k = g8 * 8 + ig_bfly_index<8>(0, lane);
+        const int c = (chunk * NT + (k >> 1)) * 8 + 2 * t + (k & 1);
+        float *ma = s.run_mean + warp * cpad + c, *qa = s.run_m2 + warp * cpad + c;
+        const float d = mean - *ma;
+        *ma += d * fb;
+        *qa += v[0] + d * d * fab;
     }
     __syncwarp();
     if (lane == 0 && chunk == p.nchunk - 1)

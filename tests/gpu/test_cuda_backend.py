@@ -230,8 +230,9 @@ BN_TRAIN = [("batch_norm", True, 0.1, 1e-5, True), ("mul_scalar", 2.0)]
 
 def test_bn_stats_after_sigmoid():
     """Batch-norm statistics of values far from zero relative to their spread (a sigmoid, then an affine, before the
-    batch norm): the per-tile sums are taken about a value of the tile, not about zero (fuzz case 930 of seed 1 once
-    failed with 1551 of 51750 values off by up to 9e-3 when the first tile summed about zero). With a larger batch
+    batch norm): per-tile statistics must not sum about zero (fuzz case 930 of seed 1 failed with 1551 of 51750 values
+    off by up to 9e-3 under a one-reduction version whose first tile did; it was measured slower and dropped, this
+    case kept). With a larger batch
     (n = 6) this chain is past what fp32 can hold to 1e-4: the normalised sigmoid values carry the rounding of
     values near 0.5 divided by a spread of ~1e-3, and eager fp32 PyTorch itself is off by as much (docs/kb2_73.md)."""
     n = 1
