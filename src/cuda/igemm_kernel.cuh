@@ -10,17 +10,12 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include <type_traits>
 
 /* Timing ablations for development only (bench/ablate.sh builds them; the results are wrong on purpose). A mask:
  * 1 no global stores (staging kept), 2 no staging and no stores, 4 no wgmma (operands still loaded),
  * 8 no epilogue math (softmax, affine, sigmoid). Kept values feed a never-taken store so nothing is dead code. */
 #ifndef CF_IG_ABLATE
 #define CF_IG_ABLATE 0
-#endif
-/* experiment: the 8-channel fixed-base fragment loads in the 3xTF32 / 2xTF32 patch loop (NT <= 8) */
-#ifndef CF_IG_PATCH_LOAD8_3X
-#define CF_IG_PATCH_LOAD8_3X 0
 #endif
 
 namespace cf {
@@ -783,46 +778,23 @@ __device__ __forceinline__ void ig_mainloop_patch(const cf_ig_params &p, const i
         const uint32_t dh = (uint32_t)(d >> 32), ds = (uint32_t)dstep;
         uint32_t dl = (uint32_t)d;
         uint32_t a0[4], s0[4], a1[4], s1[4];
-        /* 8 channels per stage: the fixed-base fragment loads (ig_patch_feed::load8) */
-        auto stage_steps = [&](auto c8) {
-            constexpr bool C8 = decltype(c8)::value;
-            for (int kb = 0; kb < p.pk_kc; ++kb) {
-                const uint32_t base = feed.stage(kb);
-                uint32_t q[4];
-                if constexpr (C8)
-                    feed.bases8(base, q);
-                auto load = [&](float(&av)[4], int st) {
-                    if constexpr (C8)
-                        feed.load8(av, q, st);
-                    else
-                        feed.load(av, base, st);
-                };
-                for (int st = 0; st < nsteps; st += 2) {
-                    float av[4];
-                    load(av, st);
-                    ig_wg_step3<NT, PASSES>(av, dl, dl + dsmall, dh, a0, s0, acc);
+        for (int kb = 0; kb < p.pk_kc; ++kb) {
+            const uint32_t base = feed.stage(kb);
+            for (int st = 0; st < nsteps; st += 2) {
+                float av[4];
+                feed.load(av, base, st);
+                ig_wg_step3<NT, PASSES>(av, dl, dl + dsmall, dh, a0, s0, acc);
+                dl += ds;
+                if (st + 1 < nsteps) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520) */
+                    feed.load(av, base, st + 1);
+                    ig_wg_step3<NT, PASSES>(av, dl, dl + dsmall, dh, a1, s1, acc);
                     dl += ds;
-                    if (st + 1 < nsteps) { /* ptxas keeps this conditional wgmma asynchronous (no C7518/C7520) */
-                        load(av, st + 1);
-                        ig_wg_step3<NT, PASSES>(av, dl, dl + dsmall, dh, a1, s1, acc);
-                        dl += ds;
-                    }
                 }
-                /* the register double buffer restarts at a0/s0: with an odd step count their group may still run */
-                if (nsteps & 1)
-                    wgmma_wait<0>();
             }
-            /* both paths end with no group in flight: ptxas joins their accumulators (C7515 otherwise) */
-            wgmma_wait<0>();
-            wgmma_pin(*reinterpret_cast<float(*)[NT * 4]>(&acc[0][0][0]));
-        };
-        /* (NT = 16: the four bases cost the statistics variants their wgmma pipelining, C7512) */
-#if CF_IG_PATCH_LOAD8_3X
-        if (NT <= 8 && p.pk_cps == 8)
-            stage_steps(std::integral_constant<bool, NT <= 8>{});
-        else
-#endif
-            stage_steps(std::false_type{});
+            /* the register double buffer restarts at a0/s0: with an odd step count their group may still run */
+            if (nsteps & 1)
+                wgmma_wait<0>();
+        }
     }
     feed.after();
     wgmma_wait<0>();
