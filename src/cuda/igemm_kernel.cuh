@@ -13,7 +13,8 @@
 
 /* Timing ablations for development only (bench/ablate.sh builds them; the results are wrong on purpose). A mask:
  * 1 no global stores (staging kept), 2 no staging and no stores, 4 no wgmma (operands still loaded),
- * 8 no epilogue math (softmax, affine, sigmoid). Kept values feed a never-taken store so nothing is dead code. */
+ * 8 no epilogue math (softmax, affine, sigmoid), 16 TMA store boxes rewritten without waiting for the previous bulk
+ * copies to read them. Kept values feed a never-taken store so nothing is dead code. */
 #ifndef CF_IG_ABLATE
 #define CF_IG_ABLATE 0
 #endif
@@ -1146,7 +1147,7 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_sme
             box[threadIdx.x & 31] = k;
         return;
     }
-    if (leader)
+    if (leader && (CF_IG_ABLATE & 16) == 0) /* ablation 16: boxes rewritten without waiting (races on purpose) */
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     ig_wg_bar(wg);
 #pragma unroll
