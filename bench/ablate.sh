@@ -3,7 +3,7 @@
 # (CF_IG_ABLATE mask, src/cuda/igemm_kernel.cuh) or with other CUDA flags, and stage the binaries as
 # .devbuild/convfuse_abl<name>. On the device: bash bench/device.sh ablate (times every staged binary, same run).
 #   ABLATE_MASKS="1 2 4 8"                      masks to build (outputs wrong on purpose); "" for none
-#   ABLATE_FLAGS="l8=-DCF_IG_PATCH_LOAD8_3X=1"  name=flags pairs (spaces in flags as commas)
+#   ABLATE_FLAGS="name=-DFOO=1,-DBAR=2"        name=flags pairs (spaces in flags as commas)
 #   ABLATE_BASE=<git ref>                       also build that commit's CLI as convfuse_abl_base (the baseline)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -715,7 +715,8 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
                 "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s\n",
                 p->wg ? "wgmma" : "mma.sync", p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
                 p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes,
-                grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps, p->tile_interleave ? "interleaved" : "ranges");
+                grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps,
+                p->tile_interleave ? "interleaved" : "ranges");
     return CF_STATUS_SUCCESS;
 }
 

@@ -354,6 +354,13 @@ __device__ __forceinline__ void ig_wgmma(float (&acc)[1][NT][4], const uint32_t 
         wgmma_m64n32k8_tf32<1>(d, a, desc);
 }
 
+/* Two B descriptors from their low words and the common high word, in one asm statement, so that both are final
+ * before the wgmma fence (an ordinary instruction defining a wgmma input after it serialises the pipeline, C7513) */
+__device__ __forceinline__ void ig_desc_pair(uint32_t d0, uint32_t d1, uint32_t dh, uint64_t &e0, uint64_t &e1)
+{
+    asm volatile("mov.b64 %0, {%2, %4};\nmov.b64 %1, {%3, %4};" : "=l"(e0), "=l"(e1) : "r"(d0), "r"(d1), "r"(dh));
+}
+
 /* Two TF32 k8 steps as one wgmma group (every input final before the fence, or ptxas serialises, C7513). The B
  * descriptors as their low words d0, d1 (start address and leading offset: the address field never carries, B lies in
  * the first 256 KB of shared memory) and the common high word dh: 32-bit address steps instead of 64-bit adds. */
@@ -362,7 +369,7 @@ __device__ __forceinline__ void ig_wg_pair(float (&acc)[1][NT][4], uint32_t (&a0
                                            uint32_t d1, uint32_t dh)
 {
     uint64_t e0, e1;
-    asm volatile("mov.b64 %0, {%2, %4};\nmov.b64 %1, {%3, %4};" : "=l"(e0), "=l"(e1) : "r"(d0), "r"(d1), "r"(dh));
+    ig_desc_pair(d0, d1, dh, e0, e1);
     wgmma_pin(a0);
     wgmma_pin(a1);
     wgmma_fence();
@@ -397,7 +404,7 @@ __device__ __forceinline__ void ig_wg_step3(const float (&av)[4], uint32_t dbig,
      * instruction defines one of them between the fence and the wgmma. Descriptors as 32-bit words: the address
      * field never carries into the high word (ig_mainloop_patch), and 64-bit adds cost a carry chain per step. */
     uint64_t eb, es;
-    asm volatile("mov.b64 %0, {%2, %4};\nmov.b64 %1, {%3, %4};" : "=l"(eb), "=l"(es) : "r"(dbig), "r"(dsmall), "r"(dh));
+    ig_desc_pair(dbig, dsmall, dh, eb, es);
     wgmma_pin(abig);
     if constexpr (P == 3)
         wgmma_pin(asmall);
