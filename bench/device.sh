@@ -38,8 +38,8 @@ for step in "$@"; do
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
         ls -la "$OUT" ;;
     fuzz)  # the default choice (wgmma + TMA input patch where it fits), then each path and patch variant forced
-        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges}; do
-            echo "--- fuzz, tensor-core path: $v"
+        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges wide wide-rows wide-norows}; do
+            echo "--- fuzz, tensor-core path: $v"; a=""
             case $v in
             sync) e="CONVFUSE_IG_MMA=sync" ;;
             wgmma) e="CONVFUSE_IG_MMA=wgmma" ;;
@@ -51,9 +51,12 @@ for step in "$@"; do
             slots1) e="CONVFUSE_IG_PATCH_SLOTS=1" ;;
             slots2) e="CONVFUSE_IG_PATCH_SLOTS=2" ;;
             ranges) e="CONVFUSE_IG_INTERLEAVE=0" ;;
+            wide) e="DEFAULT=1"; a="--wide" ;;               # rows of 24-264 pixels: row tiles where they pay
+            wide-rows) e="CONVFUSE_IG_ROWS=1"; a="--wide" ;;  # row tiles wherever possible
+            wide-norows) e="CONVFUSE_IG_ROWS=0"; a="--wide" ;;
             *) e="DEFAULT=1" ;;
             esac
-            env $e timeout 300 .devbuild/fuzz_shapes --backend cuda \
+            env $e timeout 300 .devbuild/fuzz_shapes --backend cuda $a \
                 --count ${FUZZ_COUNT:-1000} --seed ${FUZZ_SEED:-1} 2>&1 | grep -vE "^refused" | tail -4
             [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
         done ;;

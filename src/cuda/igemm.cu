@@ -116,10 +116,46 @@ static int ig_tap_offsets_host(int transposed, int q, int stride, int pad, int d
     return n;
 }
 
+/* Row tiles (cf_ig_params::pk_rowal): each warpgroup's 64 pixels lie in one output row, so its TMA box holds
+ * 64 + (column halo) columns of the kernel's rows instead of whole input rows for every row its pixels touch.
+ * One phase, TMA stages, and a row's last block at least 32 wide (its second output box ends at the row end, so
+ * ig_store_tma never writes into the next row). Taken where its patch bytes per output pixel, the idle columns
+ * of the last block included, are fewer. CONVFUSE_IG_ROWS=0|1 overrides (1: wherever it is possible). */
+static void ig_patch_rows(cf_ig_params *p, bool allow_rows)
+{
+    p->pk_rowal = 0;
+    const int ow = p->ow, rem = ow % 64, env = env_int("CONVFUSE_IG_ROWS", -1, -1, 1);
+    if (!allow_rows || env == 0 || p->nphase != 1 || p->cluster != 1 || !p->pk_tma || p->pk_cps != 8 ||
+        (rem != 0 && rem < 32))
+        return;
+    int hmin = 0, hmax = 0, wmin = 0, wmax = 0;
+    const int nh = ig_tap_offsets_host(p->transposed, 0, p->stride_h, p->pad_h, p->dil_h, p->kh, &hmin, &hmax);
+    const int nw = ig_tap_offsets_host(p->transposed, 0, p->stride_w, p->pad_w, p->dil_w, p->kw, &wmin, &wmax);
+    if (nh == 0 || nw == 0)
+        return;
+    int gap = wmin < 0 ? (-wmin + 3) / 4 * 4 : 0;
+    int ld = gap + 64 + (wmax > 0 ? wmax : 0);
+    ld = (ld + 3) / 4 * 4;
+    if (ld % 8 != 4) /* conflict-free A reads, as the whole-row patch */
+        ld += 4;
+    const int rows = hmax - hmin + 1, pv = (ow + 63) / 64 * 64;
+    if (ld > 256 || rows > 256)
+        return;
+    /* patch floats per valid output pixel, against the whole-row patch's */
+    const double cost_rows = (double)rows * ld * pv / (64.0 * ow), cost_full = (double)p->pk_rows * p->pk_ld / 64.0;
+    if (env < 0 && cost_rows >= cost_full)
+        return;
+    p->pk_rowal = 1;
+    p->pk_gap = gap;
+    p->pk_ld = ld;
+    p->pk_rows = rows;
+    p->pk_stage = (rows * p->pk_cps * ld + 31) / 32 * 32;
+}
+
 /* Input-patch geometry (see ig_patch_feed): row stride, column gap and floats per stage buffer. False when the
  * shape does not suit it: strided columns (conv2d stride_w > 1), W not a multiple of 4 (16-byte copies), or a
  * column halo wider than 64. */
-static bool ig_patch_geometry(cf_ig_params *p)
+static bool ig_patch_geometry(cf_ig_params *p, bool allow_rows)
 {
     const int a_h = p->transposed ? 1 : p->stride_h, a_w = p->transposed ? 1 : p->stride_w;
     if (a_w != 1 || p->w % 4 != 0)
@@ -179,7 +215,10 @@ static bool ig_patch_geometry(cf_ig_params *p)
     p->pk_tma = a_h == 1 && p->pk_ld <= 256 && nr_max <= 256 &&
                 (tma_env < 0 ? p->pk_kc == 1 : tma_env == 1);
     p->pk_prefetch = env_int("CONVFUSE_IG_PREFETCH", 1, 0, 1);
-    return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld < (1 << 20);
+    if (nr_max <= 0 || (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld >= (1 << 20))
+        return false;
+    ig_patch_rows(p, allow_rows);
+    return true;
 }
 
 static bool is_affine_op(cf_op_kind_t k)
@@ -287,7 +326,7 @@ static int smem_optin_bytes(void)
 
 /* Everything about the launch that depends only on the plan (no pointers). Writes why on failure. */
 static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, char *why, size_t why_size,
-                     bool allow_patch)
+                     bool allow_patch, bool allow_rows)
 {
     const cf_conv_desc_t *d = &plan->conv;
     memset(p, 0, sizeof *p);
@@ -383,7 +422,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     const bool cc90 = !force_sync && device_cc_major_minor() == 90;
     bool patched = false;
     size_t b_patch = 0; /* B in the patch's k8 order: steps of one tap (8 channels) or two taps (4 channels) */
-    if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p)) {
+    if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p, allow_rows)) {
         /* Split mode (igemm.cuh, docs/kb2_91.md v12): stride-2 column phases with 64 < C_out <= 128. The column-phase
          * CTAs' stores (every other word of each sector) cost KB2-91 0.66 of its 1.72 ms (bench/ablate.sh). The
          * CTA's B: both column phases' taps x its 64 channels. Tried first; CONVFUSE_IG_SPLIT=0 turns it off. */
@@ -424,6 +463,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
         if (!patched) {
             p->a_floats = CF_IG_RING_FLOATS;
             p->split = 0;
+            p->pk_rowal = 0;
         }
     }
     const bool want_wg = patched || force_wg || (!force_sync && passes == 3);
@@ -469,7 +509,9 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     for (int g = 0; g < p->ngroup; ++g) {
         const int qh = p->cluster > 1 ? g : g / p->sw, qw = p->cluster > 1 ? 0 : g % p->sw;
         const int64_t ph = (p->oh - qh + p->sh - 1) / p->sh;
-        const int64_t pw = p->cluster > 1 ? p->pw_pairs : (p->ow - qw + p->sw - 1) / p->sw;
+        int64_t pw = p->cluster > 1 ? p->pw_pairs : (p->ow - qw + p->sw - 1) / p->sw;
+        if (p->pk_rowal) /* row tiles: pixel index j * (PW rounded up to 64) + i, as the kernel's pw */
+            pw = (pw + 63) / 64 * 64;
         p->tile_start[g] = (int)tiles;
         if (d->n * ph * pw >= INT32_MAX - CF_IG_TILE_M) {
             snprintf(why, why_size, "more than 2^31 output pixels in one stride phase (N*PH*PW = %lld)",
@@ -562,7 +604,7 @@ bool cf_ig_supports(const struct cf_plan *plan, int products, bool chunked, char
 {
     cf_ig_params p;
     int nt = 0;
-    if (!ig_shape(plan, &p, &nt, why, why_size, true))
+    if (!ig_shape(plan, &p, &nt, why, why_size, true, true))
         return false;
     if (cf_ig_products(plan) != products) {
         snprintf(why, why_size, "math mode resolves to %s products", cf_ig_products(plan) == 3 ? "3xTF32" : "TF32");
@@ -588,7 +630,7 @@ size_t cf_ig_workspace_bytes(const struct cf_plan *plan)
     cf_ig_params p;
     int nt = 0;
     char why[256];
-    if (!ig_shape(plan, &p, &nt, why, sizeof why, true))
+    if (!ig_shape(plan, &p, &nt, why, sizeof why, true, true))
         return 0;
     const size_t cpad = (size_t)p.nt_total * 8;
     const size_t blocks = (size_t)plan->device_sm_count * CF_IG_MAX_BLOCKS_PER_SM;
@@ -712,11 +754,11 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (cf_verbose("launch"))
         fprintf(stderr,
                 "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
-                "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s\n",
+                "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s%s\n",
                 p->wg ? "wgmma" : "mma.sync", p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
                 p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes,
                 grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps,
-                p->tile_interleave ? "interleaved" : "ranges");
+                p->tile_interleave ? "interleaved" : "ranges", p->pk_rowal ? "+rows" : "");
     return CF_STATUS_SUCCESS;
 }
 
@@ -774,15 +816,22 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     cf_ig_params p;
     int nt = 0;
     char why[256];
-    if (!ig_shape(plan, &p, &nt, why, sizeof why, true))
+    if (!ig_shape(plan, &p, &nt, why, sizeof why, true, true))
         return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
     /* the patch copies are 16-byte cp.async from the input: a misaligned view takes the gathering path */
-    if (p.patch && ((uintptr_t)args->src % 16 != 0) && !ig_shape(plan, &p, &nt, why, sizeof why, false))
+    if (p.patch && ((uintptr_t)args->src % 16 != 0) && !ig_shape(plan, &p, &nt, why, sizeof why, false, false))
         return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
     const int passes = cf_ig_products(plan);
     p.src = args->src;
-    if (p.patch && p.pk_tma && !ig_encode_tmap(&p))
-        p.pk_tma = 0; /* the encoder refused (or no driver entry point): the 16-byte cp.async copies */
+    /* the encoder refused (or no driver entry point): the 16-byte cp.async copies, of whole rows (row tiles are
+     * TMA only, so the shape is redone without them) */
+    if (p.patch && p.pk_tma && !ig_encode_tmap(&p)) {
+        if (p.pk_rowal && !ig_shape(plan, &p, &nt, why, sizeof why, true, false))
+            return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
+        p.src = args->src;
+        if (!p.pk_tma || !ig_encode_tmap(&p))
+            p.pk_tma = 0;
+    }
     p.wei = args->wei;
     p.bia = plan->conv.has_bias ? args->bia : NULL;
     p.dst = args->dst;

@@ -1,6 +1,6 @@
 /* Seeded, reproducible shape fuzzer: random valid descriptors x random chains.
  *
- *   fuzz_shapes [--backend cpu|cuda] [--count N] [--seed S] [--case K] [--max-macs M] [--verbose]
+ *   fuzz_shapes [--backend cpu|cuda] [--count N] [--seed S] [--case K] [--max-macs M] [--wide] [--verbose]
  *
  * Case K of seed S is a pure function of (S, K): `--seed S --case K` re-runs exactly the case a failure
  * names. Each case draws a descriptor (conv2d or conv_transpose2d, kernels 1-7, strides 1-3, dilations 1-3,
@@ -16,6 +16,10 @@
  *                   CF_MATH_STRICT_F32, or CF_MATH_DEFAULT with batch_norm/affine (3xTF32): atol = rtol = 1e-4;
  *                   CF_MATH_DEFAULT otherwise (TF32 products): atol = rtol = 5e-3; atol times the chain's gain
  *                   (product of |mul_scalar| > 1 and gelu's 1.13). Exit 77 if CUDA is unavailable.
+ *
+ *   --wide          wide rows: W 24-264 (a multiple of 4 and stride 1 in 7 of 10 cases), H 1-12, so that
+ *                   conv2d rows span one or more 64-pixel blocks (the kernel's row tiles, cf_ig_params::pk_rowal).
+ *                   Its cases differ from the default's: a failure's reproducer names --wide.
  *
  * Plans refused with CF_STATUS_NOT_SUPPORTED are counted and printed, not failures. BatchNorm running stats
  * and num_batches_tracked are compared too. Exit: 0 ok, 1 a case failed, 2 usage, 77 backend unavailable. */
@@ -126,7 +130,7 @@ static int64_t small_biased(rng_t *r, int64_t hi)
     return rng_unit(r) < 0.5 ? rng_int(r, 1, hi / 4 > 1 ? hi / 4 : 1) : rng_int(r, 1, hi);
 }
 
-static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, fcase_t *c)
+static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, int wide, fcase_t *c)
 {
     rng_t r = {splitmix64(seed * 0x9E3779B97F4A7C15ull + splitmix64((uint64_t)index + 1))};
     memset(c, 0, sizeof *c);
@@ -149,6 +153,14 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, fc
         d->out_pad_w = rng_int(&r, 0, (d->stride_w > d->dil_w ? d->stride_w : d->dil_w) - 1);
     }
     d->has_bias = rng_unit(&r) < 0.7;
+    if (wide) { /* drawn after the rest: the default cases stay what they were */
+        d->w = rng_int(&r, 24, 264);
+        d->h = rng_int(&r, 1, 12);
+        if (rng_unit(&r) < 0.7) {
+            d->w = (d->w + 3) / 4 * 4;
+            d->stride_h = d->stride_w = 1;
+        }
+    }
 
     /* Make the output non-empty: grow H/W for conv2d, shrink the padding for the transposed conv. */
     int64_t *in[2] = {&d->h, &d->w}, *pad[2] = {&d->pad_h, &d->pad_w};
@@ -733,6 +745,7 @@ typedef struct {
     uint64_t seed;
     double max_macs;
     int verbose;
+    int wide;
     int refusals_printed;
 } config_t;
 
@@ -748,6 +761,8 @@ static void report_failure(const config_t *cfg, int64_t index, const fcase_t *c,
     case_line(c, line, sizeof line);
     if (cfg->max_macs != default_max_macs(cfg->cuda))
         snprintf(budget, sizeof budget, " --max-macs %.17g", cfg->max_macs);
+    if (cfg->wide)
+        strncat(budget, " --wide", sizeof budget - strlen(budget) - 1);
     fprintf(stderr,
             "FAIL case %lld: %s [impl %s, math %s]\n    %s\n    reproduce: fuzz_shapes --backend %s --seed %llu "
             "--case %lld%s\n",
@@ -758,7 +773,7 @@ static void report_failure(const config_t *cfg, int64_t index, const fcase_t *c,
 static int run_one(config_t *cfg, int64_t index, const char **impl_out)
 {
     fcase_t c;
-    gen_case(cfg->seed, index, cfg->max_macs, cfg->cuda, &c);
+    gen_case(cfg->seed, index, cfg->max_macs, cfg->cuda, cfg->wide, &c);
     char why[1024] = "";
     const char *impl = NULL;
     *impl_out = NULL;
@@ -926,7 +941,7 @@ static int usage(const char *msg)
     if (msg != NULL)
         fprintf(stderr, "fuzz_shapes: %s\n", msg);
     fprintf(stderr, "usage: fuzz_shapes [--backend cpu|cuda] [--count N] [--seed S] [--case K] [--max-macs M] "
-                    "[--verbose]\n"
+                    "[--wide] [--verbose]\n"
                     "  --case K runs only case K of seed S (what a failure prints). Exit: 0 ok, 1 failure, 2 usage,\n"
                     "  77 backend unavailable.\n");
     return 2;
@@ -952,6 +967,8 @@ int main(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
             cfg.verbose = 1;
+        } else if (strcmp(a, "--wide") == 0) {
+            cfg.wide = 1;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(NULL);
             return 0;
