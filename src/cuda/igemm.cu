@@ -494,9 +494,11 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     }
     /* TMA store (igemm.cuh, ig_store_tma): single-phase patch tiles (consecutive pixels of one image) with a channel
      * chunk of at most 64, OH*OW a multiple of 4 (16-byte strides), where the staging boxes fit.
-     * CONVFUSE_IG_TMA_STORE=0 keeps the per-warp staging and 4-byte stores. */
+     * CONVFUSE_IG_TMA_STORE=0 keeps the per-warp staging and 4-byte stores. Row tiles: only with OW a multiple of
+     * 4, as a box's first pixel is then j*OW + i0 and a TMA store's global start must be 16-byte aligned
+     * (compute-sanitizer: "illegal instruction" at the copy otherwise). */
     p->tma_store = 0;
-    if (patched && p->nphase == 1 && nt <= 8 && (int64_t)p->oh * p->ow % 4 == 0 &&
+    if (patched && p->nphase == 1 && nt <= 8 && (int64_t)p->oh * p->ow % 4 == 0 && (!p->pk_rowal || p->ow % 4 == 0) &&
         env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 1)) {
         p->tma_store = 1;
         if (cf_ig_smem_bytes(p, nt) > limit)

@@ -159,6 +159,7 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, in
         if (rng_unit(&r) < 0.7) {
             d->w = (d->w + 3) / 4 * 4;
             d->stride_h = d->stride_w = 1;
+            d->out_pad_h = d->out_pad_w = 0; /* PyTorch: output_padding < stride or < dilation */
         }
     }
 
