@@ -540,8 +540,10 @@ struct ig_patch_feed {
     {
         const int lim = ph * pw, ss = min(p.transposed ? 1 : p.stride_h, rows), C = p.pk_cps;
         /* a warpgroup wholly past the end of the image (last tile) works on copies of the last pixel: its first row
-         * must be that pixel's, or the A offsets go negative (racecheck: reads below the warpgroup's buffer) */
-        const int mb = min(m_base, lim - 1);
+         * must be that pixel's, or the A offsets go negative (racecheck: reads below the warpgroup's buffer). Row
+         * tiles: on the last block, whose first column is a multiple of 64, as a TMA box's first column must be
+         * 16-byte aligned (compute-sanitizer: "illegal instruction" at the load otherwise) */
+        const int mb = min(m_base, lim - (p.pk_rowal ? 64 : 1));
         j_first = (int)cf_udiv((uint32_t)mb, dpw);
         nrows = (((int)cf_udiv((uint32_t)min(mb + 63, lim - 1), dpw) - j_first) * ss + rows) * C;
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1641,7 +1643,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                 tile + t_step < p.tile_start[grp + 1]) {
                 const int tn = tl + t_step;
                 nx_img = (int)cf_udiv((uint32_t)tn, dtpi);
-                const int mb = min((tn - nx_img * tpi) * TM + (warp >> 2) * 64, ph * pw - 1);
+                const int mb = min((tn - nx_img * tpi) * TM + (warp >> 2) * 64, ph * pw - (p.pk_rowal ? 64 : 1));
                 const int j = (int)cf_udiv((uint32_t)mb, dpw);
                 nx_iy0 = a_h * j + pk_cmin;
                 nx_x0 = (p.pk_rowal ? mb - j * pw : 0) - p.pk_gap; /* as ig_patch_feed's x0 */
