@@ -89,15 +89,14 @@ for step in "$@"; do
                     | grep -E "^time|launch:|FAIL|rror" | sort -u | sed -E 's/ \(median.*//; s/convfuse: launch: //' || rc=1
             done
         done 2>&1 | tee "$OUT/knobs.txt" ;;
-    rows)  # row tiles (CONVFUSE_IG_ROWS) against whole-row patches, with and without the TMA store, at KB2-73's
-           # shape (OW = 126: row tiles store without TMA) and at 130x130 input (OW = 128: both)
-        for a in "kb2-73 --mode eval" "kb2-73 --mode train" "kb2-73 --mode eval --shape 128,8,130,130" \
-                 "kb2-73 --mode train --shape 128,8,130,130"; do
-            for k in CONVFUSE_IG_ROWS=1 CONVFUSE_IG_ROWS=0 "CONVFUSE_IG_ROWS=1 CONVFUSE_IG_TMA_STORE=0" \
-                     "CONVFUSE_IG_ROWS=0 CONVFUSE_IG_TMA_STORE=0"; do
-                echo "--- $k: convfuse run $a"
-                env $k CONVFUSE_VERBOSE=launch timeout 200 .devbuild/convfuse run $a --iters ${AB_ITERS:-20} 2>&1 \
-                    | grep -E "^time|launch:|FAIL|rror" | sort -u | sed -E 's/ \(median.*//; s/convfuse: launch: //' || rc=1
+    rows)  # row tiles (CONVFUSE_IG_ROWS): default (statistics pass only), off, everywhere; twice, interleaved
+        for r in 1 2; do
+            for a in "kb2-73 --mode train" "kb2-73 --mode eval"; do
+                for k in DEFAULT=1 CONVFUSE_IG_ROWS=0 CONVFUSE_IG_ROWS=1; do
+                    echo "--- $k: convfuse run $a (round $r)"
+                    env $k CONVFUSE_VERBOSE=launch timeout 200 .devbuild/convfuse run $a --iters ${AB_ITERS:-40} 2>&1 \
+                        | grep -E "^time|launch:|FAIL|rror" | sort -u | sed -E 's/ \(median.*//; s/convfuse: launch: //' || rc=1
+                done
             done
         done 2>&1 | tee "$OUT/rows.txt" ;;
     large)  # tensors past 2^31 bytes (N=256: y is 2.2 GB) and past 2^31 elements (N=1024: 2.2 G elements, 8.7 GB)

@@ -119,14 +119,21 @@ static int ig_tap_offsets_host(int transposed, int q, int stride, int pad, int d
 /* Row tiles (cf_ig_params::pk_rowal): each warpgroup's 64 pixels lie in one output row, so its TMA box holds
  * 64 + (column halo) columns of the kernel's rows instead of whole input rows for every row its pixels touch.
  * One phase, TMA stages, and a row's last block at least 32 wide (its second output box ends at the row end, so
- * ig_store_tma never writes into the next row). Taken where its patch bytes per output pixel, the idle columns
- * of the last block included, are fewer. CONVFUSE_IG_ROWS=0|1 overrides (1: wherever it is possible). */
-static void ig_patch_rows(cf_ig_params *p, bool allow_rows)
+ * ig_store_tma never writes into the next row).
+ *
+ * Where they are taken (`rows`): IG_ROWS_DEFAULT (the batch-norm statistics pass, which stores nothing) where the
+ * patch bytes per output pixel, the idle columns of the last block included, are fewer; IG_ROWS_FORCED (passes
+ * that store) only under CONVFUSE_IG_ROWS=1. Measured at KB2-73 (H100, docs/kb2_73.md): the output pass with row
+ * tiles, whose rows of 126 pixels start unaligned and cannot take the TMA store, 0.388 ms against 0.334 (both
+ * with the staging store) and 0.293 (whole rows, TMA store); the statistics pass gained ~0.02 ms.
+ * CONVFUSE_IG_ROWS=0 turns them off everywhere, =1 takes them wherever possible. */
+enum { IG_ROWS_NONE, IG_ROWS_FORCED, IG_ROWS_DEFAULT };
+static void ig_patch_rows(cf_ig_params *p, int rows)
 {
     p->pk_rowal = 0;
     const int ow = p->ow, rem = ow % 64, env = env_int("CONVFUSE_IG_ROWS", -1, -1, 1);
-    if (!allow_rows || env == 0 || p->nphase != 1 || p->cluster != 1 || !p->pk_tma || p->pk_cps != 8 ||
-        (rem != 0 && rem < 32))
+    if (rows == IG_ROWS_NONE || env == 0 || (env < 0 && rows != IG_ROWS_DEFAULT) || p->nphase != 1 ||
+        p->cluster != 1 || !p->pk_tma || p->pk_cps != 8 || (rem != 0 && rem < 32))
         return;
     int hmin = 0, hmax = 0, wmin = 0, wmax = 0;
     const int nh = ig_tap_offsets_host(p->transposed, 0, p->stride_h, p->pad_h, p->dil_h, p->kh, &hmin, &hmax);
@@ -155,7 +162,7 @@ static void ig_patch_rows(cf_ig_params *p, bool allow_rows)
 /* Input-patch geometry (see ig_patch_feed): row stride, column gap and floats per stage buffer. False when the
  * shape does not suit it: strided columns (conv2d stride_w > 1), W not a multiple of 4 (16-byte copies), or a
  * column halo wider than 64. */
-static bool ig_patch_geometry(cf_ig_params *p, bool allow_rows)
+static bool ig_patch_geometry(cf_ig_params *p, int rows)
 {
     const int a_h = p->transposed ? 1 : p->stride_h, a_w = p->transposed ? 1 : p->stride_w;
     if (a_w != 1 || p->w % 4 != 0)
@@ -217,7 +224,7 @@ static bool ig_patch_geometry(cf_ig_params *p, bool allow_rows)
     p->pk_prefetch = env_int("CONVFUSE_IG_PREFETCH", 1, 0, 1);
     if (nr_max <= 0 || (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld >= (1 << 20))
         return false;
-    ig_patch_rows(p, allow_rows);
+    ig_patch_rows(p, rows);
     return true;
 }
 
@@ -326,7 +333,7 @@ static int smem_optin_bytes(void)
 
 /* Everything about the launch that depends only on the plan (no pointers). Writes why on failure. */
 static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, char *why, size_t why_size,
-                     bool allow_patch, bool allow_rows)
+                     bool allow_patch, int rows)
 {
     const cf_conv_desc_t *d = &plan->conv;
     memset(p, 0, sizeof *p);
@@ -422,7 +429,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     const bool cc90 = !force_sync && device_cc_major_minor() == 90;
     bool patched = false;
     size_t b_patch = 0; /* B in the patch's k8 order: steps of one tap (8 channels) or two taps (4 channels) */
-    if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p, allow_rows)) {
+    if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p, rows)) {
         /* Split mode (igemm.cuh, docs/kb2_91.md v12): stride-2 column phases with 64 < C_out <= 128. The column-phase
          * CTAs' stores (every other word of each sector) cost KB2-91 0.66 of its 1.72 ms (bench/ablate.sh). The
          * CTA's B: both column phases' taps x its 64 channels. Tried first; CONVFUSE_IG_SPLIT=0 turns it off. */
@@ -606,7 +613,7 @@ bool cf_ig_supports(const struct cf_plan *plan, int products, bool chunked, char
 {
     cf_ig_params p;
     int nt = 0;
-    if (!ig_shape(plan, &p, &nt, why, why_size, true, true))
+    if (!ig_shape(plan, &p, &nt, why, why_size, true, IG_ROWS_NONE))
         return false;
     if (cf_ig_products(plan) != products) {
         snprintf(why, why_size, "math mode resolves to %s products", cf_ig_products(plan) == 3 ? "3xTF32" : "TF32");
@@ -632,7 +639,7 @@ size_t cf_ig_workspace_bytes(const struct cf_plan *plan)
     cf_ig_params p;
     int nt = 0;
     char why[256];
-    if (!ig_shape(plan, &p, &nt, why, sizeof why, true, true))
+    if (!ig_shape(plan, &p, &nt, why, sizeof why, true, IG_ROWS_NONE))
         return 0;
     const size_t cpad = (size_t)p.nt_total * 8;
     const size_t blocks = (size_t)plan->device_sm_count * CF_IG_MAX_BLOCKS_PER_SM;
@@ -812,33 +819,42 @@ static bool ig_encode_tmap_out(cf_ig_params *p, int nt)
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/* One launch's shape, input tensor map and pointers (rows: ig_patch_rows). */
+static cf_status_t ig_prepare(const struct cf_plan *plan, const cf_args_t *args, int rows, cf_ig_params *p, int *nt)
+{
+    char why[256];
+    if (!ig_shape(plan, p, nt, why, sizeof why, true, rows))
+        return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
+    /* the patch copies are 16-byte cp.async from the input: a misaligned view takes the gathering path */
+    if (p->patch && ((uintptr_t)args->src % 16 != 0) && !ig_shape(plan, p, nt, why, sizeof why, false, IG_ROWS_NONE))
+        return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
+    p->src = args->src;
+    /* the encoder refused (or no driver entry point): the 16-byte cp.async copies, of whole rows (row tiles are
+     * TMA only, so the shape is redone without them) */
+    if (p->patch && p->pk_tma && !ig_encode_tmap(p)) {
+        if (p->pk_rowal && !ig_shape(plan, p, nt, why, sizeof why, true, IG_ROWS_NONE))
+            return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
+        p->src = args->src;
+        if (!p->pk_tma || !ig_encode_tmap(p))
+            p->pk_tma = 0;
+    }
+    p->wei = args->wei;
+    p->bia = plan->conv.has_bias ? args->bia : NULL;
+    p->dst = args->dst;
+    if (p->tma_store && !ig_encode_tmap_out(p, *nt))
+        p->tma_store = 0; /* a misaligned output view, or the encoder refused */
+    return CF_STATUS_SUCCESS;
+}
+
 cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, void *workspace, void *stream_ptr)
 {
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     cf_ig_params p;
     int nt = 0;
-    char why[256];
-    if (!ig_shape(plan, &p, &nt, why, sizeof why, true, true))
-        return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
-    /* the patch copies are 16-byte cp.async from the input: a misaligned view takes the gathering path */
-    if (p.patch && ((uintptr_t)args->src % 16 != 0) && !ig_shape(plan, &p, &nt, why, sizeof why, false, false))
-        return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
+    cf_status_t st = ig_prepare(plan, args, IG_ROWS_FORCED, &p, &nt);
+    if (st != CF_STATUS_SUCCESS)
+        return st;
     const int passes = cf_ig_products(plan);
-    p.src = args->src;
-    /* the encoder refused (or no driver entry point): the 16-byte cp.async copies, of whole rows (row tiles are
-     * TMA only, so the shape is redone without them) */
-    if (p.patch && p.pk_tma && !ig_encode_tmap(&p)) {
-        if (p.pk_rowal && !ig_shape(plan, &p, &nt, why, sizeof why, true, false))
-            return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
-        p.src = args->src;
-        if (!p.pk_tma || !ig_encode_tmap(&p))
-            p.pk_tma = 0;
-    }
-    p.wei = args->wei;
-    p.bia = plan->conv.has_bias ? args->bia : NULL;
-    p.dst = args->dst;
-    if (p.tma_store && !ig_encode_tmap_out(&p, nt))
-        p.tma_store = 0; /* a misaligned output view, or the encoder refused */
     const int bn = cf_ig_bn_train_index(plan);
     const int cpad = p.nt_total * 8;
     float *ws_stats = (float *)workspace, *ws_scale = NULL, *ws_shift = NULL;
@@ -850,13 +866,23 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
          * normalised output; nothing unnormalised in memory); "inplace" stores the conv output with its
          * statistics, then normalises in place (one conv, two more passes over the output). */
         const bool inplace = cf_ig_bn_inplace(plan);
+        /* recompute: the statistics pass has its own tiles (row tiles by default where they pay) */
         cf_ig_params ps = p;
+        int nts = nt;
+        if (!inplace) {
+            st = ig_prepare(plan, args, IG_ROWS_DEFAULT, &ps, &nts);
+            if (st != CF_STATUS_SUCCESS)
+                return st;
+            if (nts != nt)
+                return cf_error(CF_STATUS_INTERNAL_ERROR, "statistics pass: %d n8 tiles per chunk, output pass %d", nts,
+                                nt);
+        }
         ps.tma_store = 0; /* the statistics variants store through ig_store (inplace path) or not at all */
         ig_stages(plan, args, 0, bn, NULL, NULL, &ps);
         ps.stats_mode = inplace ? 2 : 1;
         ps.stats = ws_stats;
         int grid = 0;
-        cf_status_t st = ig_launch(&ps, nt, inplace ? passes : cf_ig_stats_products(plan, &ps, passes),
+        st = ig_launch(&ps, nt, inplace ? passes : cf_ig_stats_products(plan, &ps, passes),
                                    plan->device_sm_count, max_blocks, stream, &grid);
         if (st != CF_STATUS_SUCCESS)
             return st;
