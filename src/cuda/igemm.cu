@@ -121,18 +121,18 @@ static int ig_tap_offsets_host(int transposed, int q, int stride, int pad, int d
  * One phase, TMA stages, and a row's last block at least 32 wide (its second output box ends at the row end, so
  * ig_store_tma never writes into the next row).
  *
- * Where they are taken (`rows`): IG_ROWS_DEFAULT (the batch-norm statistics pass, which stores nothing) where the
+ * Where they are taken (`where`): IG_ROWS_DEFAULT (the batch-norm statistics pass, which stores nothing) where the
  * patch bytes per output pixel, the idle columns of the last block included, are fewer; IG_ROWS_FORCED (passes
  * that store) only under CONVFUSE_IG_ROWS=1. Measured at KB2-73 (H100, docs/kb2_73.md): the output pass with row
  * tiles, whose rows of 126 pixels start unaligned and cannot take the TMA store, 0.388 ms against 0.334 (both
  * with the staging store) and 0.293 (whole rows, TMA store); the statistics pass gained ~0.02 ms.
  * CONVFUSE_IG_ROWS=0 turns them off everywhere, =1 takes them wherever possible. */
 enum { IG_ROWS_NONE, IG_ROWS_FORCED, IG_ROWS_DEFAULT };
-static void ig_patch_rows(cf_ig_params *p, int rows)
+static void ig_patch_rows(cf_ig_params *p, int where)
 {
     p->pk_rowal = 0;
     const int ow = p->ow, rem = ow % 64, env = env_int("CONVFUSE_IG_ROWS", -1, -1, 1);
-    if (rows == IG_ROWS_NONE || env == 0 || (env < 0 && rows != IG_ROWS_DEFAULT) || p->nphase != 1 ||
+    if (where == IG_ROWS_NONE || env == 0 || (env < 0 && where != IG_ROWS_DEFAULT) || p->nphase != 1 ||
         p->cluster != 1 || !p->pk_tma || p->pk_cps != 8 || (rem != 0 && rem < 32))
         return;
     int hmin = 0, hmax = 0, wmin = 0, wmax = 0;
