@@ -38,7 +38,7 @@ for step in "$@"; do
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
         ls -la "$OUT" ;;
     fuzz)  # the default choice (wgmma + TMA input patch where it fits), then each path and patch variant forced
-        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges wide wide-rows wide-norows}; do
+        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges wide}; do
             echo "--- fuzz, tensor-core path: $v"; a=""
             case $v in
             sync) e="CONVFUSE_IG_MMA=sync" ;;
@@ -51,9 +51,7 @@ for step in "$@"; do
             slots1) e="CONVFUSE_IG_PATCH_SLOTS=1" ;;
             slots2) e="CONVFUSE_IG_PATCH_SLOTS=2" ;;
             ranges) e="CONVFUSE_IG_INTERLEAVE=0" ;;
-            wide) e="DEFAULT=1"; a="--wide" ;;               # rows of 24-264 pixels: row tiles where they pay
-            wide-rows) e="CONVFUSE_IG_ROWS=1"; a="--wide" ;;  # row tiles wherever possible
-            wide-norows) e="CONVFUSE_IG_ROWS=0"; a="--wide" ;;
+            wide) e="DEFAULT=1"; a="--wide" ;;  # rows of 24-264 pixels (fuzz_shapes --wide)
             *) e="DEFAULT=1" ;;
             esac
             env $e timeout 300 .devbuild/fuzz_shapes --backend cuda $a \
@@ -89,16 +87,6 @@ for step in "$@"; do
                     | grep -E "^time|launch:|FAIL|rror" | sort -u | sed -E 's/ \(median.*//; s/convfuse: launch: //' || rc=1
             done
         done 2>&1 | tee "$OUT/knobs.txt" ;;
-    rows)  # row tiles (CONVFUSE_IG_ROWS): default (statistics pass only), off, everywhere; twice, interleaved
-        for r in 1 2; do
-            for a in "kb2-73 --mode train" "kb2-73 --mode eval"; do
-                for k in DEFAULT=1 CONVFUSE_IG_ROWS=0 CONVFUSE_IG_ROWS=1; do
-                    echo "--- $k: convfuse run $a (round $r)"
-                    env $k CONVFUSE_VERBOSE=launch timeout 200 .devbuild/convfuse run $a --iters ${AB_ITERS:-40} 2>&1 \
-                        | grep -E "^time|launch:|FAIL|rror" | sort -u | sed -E 's/ \(median.*//; s/convfuse: launch: //' || rc=1
-                done
-            done
-        done 2>&1 | tee "$OUT/rows.txt" ;;
     large)  # tensors past 2^31 bytes (N=256: y is 2.2 GB) and past 2^31 elements (N=1024: 2.2 G elements, 8.7 GB)
         for n in 256 1024; do
             echo "--- convfuse run kb2-91 --batch $n"; timeout 240 .devbuild/convfuse run kb2-91 --batch $n --iters 5 2>&1 | tail -6 || rc=1

@@ -116,53 +116,10 @@ static int ig_tap_offsets_host(int transposed, int q, int stride, int pad, int d
     return n;
 }
 
-/* Row tiles (cf_ig_params::pk_rowal): each warpgroup's 64 pixels lie in one output row, so its TMA box holds
- * 64 + (column halo) columns of the kernel's rows instead of whole input rows for every row its pixels touch.
- * One phase, TMA stages, and a row's last block at least 32 wide (its second output box ends at the row end, so
- * ig_store_tma never writes into the next row).
- *
- * Where they are taken (`where`): IG_ROWS_DEFAULT (the batch-norm statistics pass, which stores nothing) where the
- * patch bytes per output pixel, the idle columns of the last block included, are fewer; IG_ROWS_FORCED (passes
- * that store) only under CONVFUSE_IG_ROWS=1. Measured at KB2-73 (H100, docs/kb2_73.md): the output pass with row
- * tiles, whose rows of 126 pixels start unaligned and cannot take the TMA store, 0.388 ms against 0.334 (both
- * with the staging store) and 0.293 (whole rows, TMA store); the statistics pass gained ~0.02 ms.
- * CONVFUSE_IG_ROWS=0 turns them off everywhere, =1 takes them wherever possible. */
-enum { IG_ROWS_NONE, IG_ROWS_FORCED, IG_ROWS_DEFAULT };
-static void ig_patch_rows(cf_ig_params *p, int where)
-{
-    p->pk_rowal = 0;
-    const int ow = p->ow, rem = ow % 64, env = env_int("CONVFUSE_IG_ROWS", -1, -1, 1);
-    if (where == IG_ROWS_NONE || env == 0 || (env < 0 && where != IG_ROWS_DEFAULT) || p->nphase != 1 ||
-        p->cluster != 1 || !p->pk_tma || p->pk_cps != 8 || (rem != 0 && rem < 32))
-        return;
-    int hmin = 0, hmax = 0, wmin = 0, wmax = 0;
-    const int nh = ig_tap_offsets_host(p->transposed, 0, p->stride_h, p->pad_h, p->dil_h, p->kh, &hmin, &hmax);
-    const int nw = ig_tap_offsets_host(p->transposed, 0, p->stride_w, p->pad_w, p->dil_w, p->kw, &wmin, &wmax);
-    if (nh == 0 || nw == 0)
-        return;
-    int gap = wmin < 0 ? (-wmin + 3) / 4 * 4 : 0;
-    int ld = gap + 64 + (wmax > 0 ? wmax : 0);
-    ld = (ld + 3) / 4 * 4;
-    if (ld % 8 != 4) /* conflict-free A reads, as the whole-row patch */
-        ld += 4;
-    const int rows = hmax - hmin + 1, pv = (ow + 63) / 64 * 64;
-    if (ld > 256 || rows > 256)
-        return;
-    /* patch floats per valid output pixel, against the whole-row patch's */
-    const double cost_rows = (double)rows * ld * pv / (64.0 * ow), cost_full = (double)p->pk_rows * p->pk_ld / 64.0;
-    if (env < 0 && cost_rows >= cost_full)
-        return;
-    p->pk_rowal = 1;
-    p->pk_gap = gap;
-    p->pk_ld = ld;
-    p->pk_rows = rows;
-    p->pk_stage = (rows * p->pk_cps * ld + 31) / 32 * 32;
-}
-
 /* Input-patch geometry (see ig_patch_feed): row stride, column gap and floats per stage buffer. False when the
  * shape does not suit it: strided columns (conv2d stride_w > 1), W not a multiple of 4 (16-byte copies), or a
  * column halo wider than 64. */
-static bool ig_patch_geometry(cf_ig_params *p, int rows)
+static bool ig_patch_geometry(cf_ig_params *p)
 {
     const int a_h = p->transposed ? 1 : p->stride_h, a_w = p->transposed ? 1 : p->stride_w;
     if (a_w != 1 || p->w % 4 != 0)
@@ -222,10 +179,7 @@ static bool ig_patch_geometry(cf_ig_params *p, int rows)
     p->pk_tma = a_h == 1 && p->pk_ld <= 256 && nr_max <= 256 &&
                 (tma_env < 0 ? p->pk_kc == 1 : tma_env == 1);
     p->pk_prefetch = env_int("CONVFUSE_IG_PREFETCH", 1, 0, 1);
-    if (nr_max <= 0 || (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld >= (1 << 20))
-        return false;
-    ig_patch_rows(p, rows);
-    return true;
+    return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld < (1 << 20);
 }
 
 static bool is_affine_op(cf_op_kind_t k)
@@ -333,7 +287,7 @@ static int smem_optin_bytes(void)
 
 /* Everything about the launch that depends only on the plan (no pointers). Writes why on failure. */
 static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, char *why, size_t why_size,
-                     bool allow_patch, int rows)
+                     bool allow_patch)
 {
     const cf_conv_desc_t *d = &plan->conv;
     memset(p, 0, sizeof *p);
@@ -429,7 +383,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     const bool cc90 = !force_sync && device_cc_major_minor() == 90;
     bool patched = false;
     size_t b_patch = 0; /* B in the patch's k8 order: steps of one tap (8 channels) or two taps (4 channels) */
-    if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p, rows)) {
+    if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p)) {
         /* Split mode (igemm.cuh, docs/kb2_91.md v12): stride-2 column phases with 64 < C_out <= 128. The column-phase
          * CTAs' stores (every other word of each sector) cost KB2-91 0.66 of its 1.72 ms (bench/ablate.sh). The
          * CTA's B: both column phases' taps x its 64 channels. Tried first; CONVFUSE_IG_SPLIT=0 turns it off. */
@@ -470,7 +424,6 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
         if (!patched) {
             p->a_floats = CF_IG_RING_FLOATS;
             p->split = 0;
-            p->pk_rowal = 0;
         }
     }
     const bool want_wg = patched || force_wg || (!force_sync && passes == 3);
@@ -501,11 +454,9 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     }
     /* TMA store (igemm.cuh, ig_store_tma): single-phase patch tiles (consecutive pixels of one image) with a channel
      * chunk of at most 64, OH*OW a multiple of 4 (16-byte strides), where the staging boxes fit.
-     * CONVFUSE_IG_TMA_STORE=0 keeps the per-warp staging and 4-byte stores. Row tiles: only with OW a multiple of
-     * 4, as a box's first pixel is then j*OW + i0 and a TMA store's global start must be 16-byte aligned
-     * (compute-sanitizer: "illegal instruction" at the copy otherwise). */
+     * CONVFUSE_IG_TMA_STORE=0 keeps the per-warp staging and 4-byte stores. */
     p->tma_store = 0;
-    if (patched && p->nphase == 1 && nt <= 8 && (int64_t)p->oh * p->ow % 4 == 0 && (!p->pk_rowal || p->ow % 4 == 0) &&
+    if (patched && p->nphase == 1 && nt <= 8 && (int64_t)p->oh * p->ow % 4 == 0 &&
         env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 1)) {
         p->tma_store = 1;
         if (cf_ig_smem_bytes(p, nt) > limit)
@@ -518,9 +469,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     for (int g = 0; g < p->ngroup; ++g) {
         const int qh = p->cluster > 1 ? g : g / p->sw, qw = p->cluster > 1 ? 0 : g % p->sw;
         const int64_t ph = (p->oh - qh + p->sh - 1) / p->sh;
-        int64_t pw = p->cluster > 1 ? p->pw_pairs : (p->ow - qw + p->sw - 1) / p->sw;
-        if (p->pk_rowal) /* row tiles: pixel index j * (PW rounded up to 64) + i, as the kernel's pw */
-            pw = (pw + 63) / 64 * 64;
+        const int64_t pw = p->cluster > 1 ? p->pw_pairs : (p->ow - qw + p->sw - 1) / p->sw;
         p->tile_start[g] = (int)tiles;
         if (d->n * ph * pw >= INT32_MAX - CF_IG_TILE_M) {
             snprintf(why, why_size, "more than 2^31 output pixels in one stride phase (N*PH*PW = %lld)",
@@ -613,7 +562,7 @@ bool cf_ig_supports(const struct cf_plan *plan, int products, bool chunked, char
 {
     cf_ig_params p;
     int nt = 0;
-    if (!ig_shape(plan, &p, &nt, why, why_size, true, IG_ROWS_NONE))
+    if (!ig_shape(plan, &p, &nt, why, why_size, true))
         return false;
     if (cf_ig_products(plan) != products) {
         snprintf(why, why_size, "math mode resolves to %s products", cf_ig_products(plan) == 3 ? "3xTF32" : "TF32");
@@ -639,7 +588,7 @@ size_t cf_ig_workspace_bytes(const struct cf_plan *plan)
     cf_ig_params p;
     int nt = 0;
     char why[256];
-    if (!ig_shape(plan, &p, &nt, why, sizeof why, true, IG_ROWS_NONE))
+    if (!ig_shape(plan, &p, &nt, why, sizeof why, true))
         return 0;
     const size_t cpad = (size_t)p.nt_total * 8;
     const size_t blocks = (size_t)plan->device_sm_count * CF_IG_MAX_BLOCKS_PER_SM;
@@ -763,11 +712,11 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (cf_verbose("launch"))
         fprintf(stderr,
                 "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
-                "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s%s\n",
+                "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s\n",
                 p->wg ? "wgmma" : "mma.sync", p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
                 p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes,
                 grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps,
-                p->tile_interleave ? "interleaved" : "ranges", p->pk_rowal ? "+rows" : "");
+                p->tile_interleave ? "interleaved" : "ranges");
     return CF_STATUS_SUCCESS;
 }
 
@@ -819,42 +768,26 @@ static bool ig_encode_tmap_out(cf_ig_params *p, int nt)
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* One launch's shape, input tensor map and pointers (rows: ig_patch_rows). */
-static cf_status_t ig_prepare(const struct cf_plan *plan, const cf_args_t *args, int rows, cf_ig_params *p, int *nt)
-{
-    char why[256];
-    if (!ig_shape(plan, p, nt, why, sizeof why, true, rows))
-        return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
-    /* the patch copies are 16-byte cp.async from the input: a misaligned view takes the gathering path */
-    if (p->patch && ((uintptr_t)args->src % 16 != 0) && !ig_shape(plan, p, nt, why, sizeof why, false, IG_ROWS_NONE))
-        return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
-    p->src = args->src;
-    /* the encoder refused (or no driver entry point): the 16-byte cp.async copies, of whole rows (row tiles are
-     * TMA only, so the shape is redone without them) */
-    if (p->patch && p->pk_tma && !ig_encode_tmap(p)) {
-        if (p->pk_rowal && !ig_shape(plan, p, nt, why, sizeof why, true, IG_ROWS_NONE))
-            return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
-        p->src = args->src;
-        if (!p->pk_tma || !ig_encode_tmap(p))
-            p->pk_tma = 0;
-    }
-    p->wei = args->wei;
-    p->bia = plan->conv.has_bias ? args->bia : NULL;
-    p->dst = args->dst;
-    if (p->tma_store && !ig_encode_tmap_out(p, *nt))
-        p->tma_store = 0; /* a misaligned output view, or the encoder refused */
-    return CF_STATUS_SUCCESS;
-}
-
 cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, void *workspace, void *stream_ptr)
 {
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     cf_ig_params p;
     int nt = 0;
-    cf_status_t st = ig_prepare(plan, args, IG_ROWS_FORCED, &p, &nt);
-    if (st != CF_STATUS_SUCCESS)
-        return st;
+    char why[256];
+    if (!ig_shape(plan, &p, &nt, why, sizeof why, true))
+        return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
+    /* the patch copies are 16-byte cp.async from the input: a misaligned view takes the gathering path */
+    if (p.patch && ((uintptr_t)args->src % 16 != 0) && !ig_shape(plan, &p, &nt, why, sizeof why, false))
+        return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the kernel: %s", why);
     const int passes = cf_ig_products(plan);
+    p.src = args->src;
+    if (p.patch && p.pk_tma && !ig_encode_tmap(&p))
+        p.pk_tma = 0; /* the encoder refused (or no driver entry point): the 16-byte cp.async copies */
+    p.wei = args->wei;
+    p.bia = plan->conv.has_bias ? args->bia : NULL;
+    p.dst = args->dst;
+    if (p.tma_store && !ig_encode_tmap_out(&p, nt))
+        p.tma_store = 0; /* a misaligned output view, or the encoder refused */
     const int bn = cf_ig_bn_train_index(plan);
     const int cpad = p.nt_total * 8;
     float *ws_stats = (float *)workspace, *ws_scale = NULL, *ws_shift = NULL;
@@ -866,23 +799,13 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
          * normalised output; nothing unnormalised in memory); "inplace" stores the conv output with its
          * statistics, then normalises in place (one conv, two more passes over the output). */
         const bool inplace = cf_ig_bn_inplace(plan);
-        /* recompute: the statistics pass has its own tiles (row tiles by default where they pay) */
         cf_ig_params ps = p;
-        int nts = nt;
-        if (!inplace) {
-            st = ig_prepare(plan, args, IG_ROWS_DEFAULT, &ps, &nts);
-            if (st != CF_STATUS_SUCCESS)
-                return st;
-            if (nts != nt)
-                return cf_error(CF_STATUS_INTERNAL_ERROR, "statistics pass: %d n8 tiles per chunk, output pass %d", nts,
-                                nt);
-        }
         ps.tma_store = 0; /* the statistics variants store through ig_store (inplace path) or not at all */
         ig_stages(plan, args, 0, bn, NULL, NULL, &ps);
         ps.stats_mode = inplace ? 2 : 1;
         ps.stats = ws_stats;
         int grid = 0;
-        st = ig_launch(&ps, nt, inplace ? passes : cf_ig_stats_products(plan, &ps, passes),
+        cf_status_t st = ig_launch(&ps, nt, inplace ? passes : cf_ig_stats_products(plan, &ps, passes),
                                    plan->device_sm_count, max_blocks, stream, &grid);
         if (st != CF_STATUS_SUCCESS)
             return st;

@@ -121,11 +121,6 @@ struct cf_ig_params {
     int pk_rows;            /* patch rows (R) per stage buffer: the most any tile needs */
     int pk_tma;             /* stages arrive by one TMA box load each (else 16-byte cp.async by all 128 threads) */
     int pk_prefetch;        /* TMA, one slot: the next tile's first stage is issued before this tile's epilogue */
-    /* Row tiles (one phase, TMA): pixel index j * PV + i with PV = PW rounded up to 64, so a warpgroup's 64 pixels
-     * lie in one row and its stage box is pk_ld (64 + halo) columns x pk_rows rows from column i0 - pk_gap. With
-     * the TMA store, the last block of a row (PW - i0 < 64 valid columns) computes columns i0 + [0, 32) and
-     * i0 + s1 + [0, 32), s1 = PW - i0 - 32: both output boxes end inside the row (ig_store_tma). */
-    int pk_rowal;
     /* Split mode (stride-2 column phases, C_out in two chunks of 64): the cluster's two CTAs split the channels
      * instead of the column phases. Each computes both column phases of the same pixel pairs for its 64 channels,
      * the pair exchanges each pixel's softmax (max, sum) through distributed shared memory, and each CTA writes

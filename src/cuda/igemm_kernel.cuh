@@ -526,51 +526,28 @@ struct ig_patch_feed {
     int j_first, nrows; /* first phase row of the warpgroup's pixels; patch rows (R*C + ci) this tile needs */
     uint32_t a0, a1;    /* byte offsets of pixels g and g+8, channel row of lane t, tap origin */
     bool pre;           /* TMA: this tile's first stage was issued during the previous tile */
-    int x0;             /* TMA: the box's first input column (row tiles: i0 - gap, else -gap) */
     int nx_img, nx_iy0; /* TMA: the next tile's image and first input row (nx_img < 0: no next tile to start) */
-    int nx_x0;          /* TMA: the next tile's first input column */
 
-    /* pw: the pixel pitch (row tiles: PW rounded up to 64); shift: row tiles under the TMA store (see below) */
     __device__ __forceinline__ ig_patch_feed(const cf_ig_params &p_, const ig_smem &s_, int img_, int m_base, int ph,
                                              int pw, cf_udiv_t dpw, int c_min_, int rows_, int nsteps_,
-                                             const int2 &first_, uint32_t &ring_, bool pre_, int nx_img_, int nx_iy0_,
-                                             int nx_x0_, bool shift)
+                                             const int2 &first_, uint32_t &ring_, bool pre_, int nx_img_, int nx_iy0_)
         : p(p_), s(s_), ring(ring_), first(first_), img(img_), c_min(c_min_), rows(rows_), nsteps(nsteps_),
-          pre(pre_), nx_img(nx_img_), nx_iy0(nx_iy0_), nx_x0(nx_x0_)
+          pre(pre_), nx_img(nx_img_), nx_iy0(nx_iy0_)
     {
         const int lim = ph * pw, ss = min(p.transposed ? 1 : p.stride_h, rows), C = p.pk_cps;
         /* a warpgroup wholly past the end of the image (last tile) works on copies of the last pixel: its first row
-         * must be that pixel's, or the A offsets go negative (racecheck: reads below the warpgroup's buffer). Row
-         * tiles: on the last block, whose first column is a multiple of 64, as a TMA box's first column must be
-         * 16-byte aligned (compute-sanitizer: "illegal instruction" at the load otherwise) */
-        const int mb = min(m_base, lim - (p.pk_rowal ? 64 : 1));
+         * must be that pixel's, or the A offsets go negative (racecheck: reads below the warpgroup's buffer) */
+        const int mb = min(m_base, lim - 1);
         j_first = (int)cf_udiv((uint32_t)mb, dpw);
         nrows = (((int)cf_udiv((uint32_t)min(mb + 63, lim - 1), dpw) - j_first) * ss + rows) * C;
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
         const int r0 = ((threadIdx.x >> 5) & 3) * 16 + g, crow = C == 8 ? 2 * t : t;
         uint32_t off[2];
-        if (p.pk_rowal) {
-            /* one row: pixel r of the warpgroup is column i0 + r, at patch column gap + r. Under the TMA store
-             * the last block of a row (v = PW - i0 < 64 valid columns) shifts its second half back to end at the
-             * row's end: r >= 32 is column i0 + r - (64 - v), so that box never reaches into the next row (the
-             * columns computed twice are written twice, with the same values). At most 32 back: an idle
-             * warpgroup (mb clamped) stays inside its buffer. */
-            const int i0 = mb - j_first * pw;
-            x0 = i0 - p.pk_gap;
-            const int back = shift ? min(max(64 - (p.ow - i0), 0), 32) : 0;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = r0 + 8 * h;
-                off[h] = (uint32_t)(crow * p.pk_ld + p.pk_gap + r - (r >= 32 ? back : 0)) * 4u;
-            }
-        } else {
-            x0 = -p.pk_gap;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int m = min(m_base + r0 + 8 * h, lim - 1); /* pixels past the end read a valid one (not stored) */
-                const int j = (int)cf_udiv((uint32_t)m, dpw), i = m - j * pw;
-                off[h] = (uint32_t)(((j - j_first) * ss * C + crow) * p.pk_ld + p.pk_gap + i) * 4u;
-            }
+        for (int h = 0; h < 2; ++h) {
+            const int m = min(m_base + r0 + 8 * h, lim - 1); /* pixels past the end read a valid one (not stored) */
+            const int j = (int)cf_udiv((uint32_t)m, dpw), i = m - j * pw;
+            off[h] = (uint32_t)(((j - j_first) * ss * C + crow) * p.pk_ld + p.pk_gap + i) * 4u;
         }
         a0 = off[0];
         a1 = off[1];
@@ -586,12 +563,12 @@ struct ig_patch_feed {
         return (uint32_t)__cvta_generic_to_shared(s.pk_bar) + 8u * (uint32_t)(wg() * 2 + sl);
     }
 
-    /* TMA: stage k of the patch whose first input column is x, first row iy0, image im, into slot sl (one thread) */
-    __device__ __forceinline__ void issue_tma(int k, int sl, int x, int iy0, int im) const
+    /* TMA: stage k of the patch whose first input row is iy0, image im, into slot sl (one thread) */
+    __device__ __forceinline__ void issue_tma(int k, int sl, int iy0, int im) const
     {
-        if ((threadIdx.x & 127) == 0) /* one box: pk_rows rows x C channels x pk_ld columns from x */
+        if ((threadIdx.x & 127) == 0) /* one box: pk_rows rows x C channels x pk_ld columns from x = -gap */
             ig_tma_load(&p.tmap, buf(sl), bar(sl), (uint32_t)p.pk_rows * (uint32_t)p.pk_cps * (uint32_t)p.pk_ld * 4u,
-                        x, k * p.pk_cps, iy0, im);
+                        -p.pk_gap, k * p.pk_cps, iy0, im);
     }
 
     /* copy stage `k` (channels C*k..) of this tile into ring slot `sl` */
@@ -600,7 +577,7 @@ struct ig_patch_feed {
         const int a_h = p.transposed ? 1 : p.stride_h, ss = min(a_h, rows);
         const int iy0 = a_h * j_first + c_min; /* input row of patch row 0 */
         if constexpr (TMA) {
-            issue_tma(k, sl, x0, iy0, img);
+            issue_tma(k, sl, iy0, img);
             return;
         }
         const float *src_img = p.src + (int64_t)img * p.cin * p.h * p.w;
@@ -667,7 +644,7 @@ struct ig_patch_feed {
         if (kb + 1 < p.pk_kc)
             issue(kb + 1, sl ^ 1);
         else if (TMA && nx_img >= 0)
-            issue_tma(0, sl ^ 1, nx_x0, nx_iy0, nx_img);
+            issue_tma(0, sl ^ 1, nx_iy0, nx_img);
         ring ^= 4u;
         return buf(sl);
     }
@@ -677,7 +654,7 @@ struct ig_patch_feed {
     {
         if (TMA && p.pk_stages == 1 && nx_img >= 0) {
             ig_wg_bar(wg());
-            issue_tma(0, 0, nx_x0, nx_iy0, nx_img);
+            issue_tma(0, 0, nx_iy0, nx_img);
         }
     }
 
@@ -1162,7 +1139,7 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
  * boxes are reused only after the previous tile's copies have read them (wait_group.read). */
 template <int NT>
 __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_smem &s, int m_wg, int img, int chunk,
-                                             int pw, cf_udiv_t dpw, const float (&acc)[1][NT][4])
+                                             const float (&acc)[1][NT][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wl = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
     constexpr int BOX = NT * 8 * 32;
@@ -1191,20 +1168,11 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_sme
     ig_wg_bar(wg);
     if (leader && (CF_IG_ABLATE & 1) == 0) { /* ablation 1: boxes written, never copied out */
         const uint32_t b0 = (uint32_t)__cvta_generic_to_shared(s.ostage + wg * 2 * BOX);
-        /* the boxes' first output pixels (plane index). Row tiles: row j, columns i0 and i0 + 32, the second box
-         * shifted back to end at the row's end in the row's last block (ig_patch_feed computed it so); a warpgroup
-         * past the last row lands past the plane, where the copy writes nothing. */
-        int o0 = m_wg, o1 = m_wg + 32;
-        if (p.pk_rowal) {
-            const int j = (int)cf_udiv((uint32_t)m_wg, dpw), i0 = m_wg - j * pw;
-            o0 = j * p.ow + i0;
-            o1 = o0 + min(32, p.ow - i0 - 32);
-        }
 #pragma unroll
         for (int b = 0; b < 2; ++b)
             asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
                              &p.tmap_out),
-                         "r"(b0 + (uint32_t)(b * BOX * 4)), "r"(b ? o1 : o0), "r"(chunk * NT * 8), "r"(img)
+                         "r"(b0 + (uint32_t)(b * BOX * 4)), "r"(m_wg + 32 * b), "r"(chunk * NT * 8), "r"(img)
                          : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
@@ -1516,8 +1484,6 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             qw = q - qh * p.sw;
             ph = (p.oh - qh + p.sh - 1) / p.sh;
             pw = p.cluster > 1 ? p.pw_pairs : (p.ow - qw + p.sw - 1) / p.sw;
-            if (p.pk_rowal) /* row tiles: the pixel pitch is PW rounded up to 64 (validity checks use p.ow) */
-                pw = (pw + 63) & ~63;
             tpi = (ph * pw + TM - 1) / TM;
             __syncthreads(); /* everyone is done with the previous phase's taps and B */
             if (threadIdx.x == 0) {
@@ -1635,28 +1601,23 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                 make_px();
         /* TMA, one main loop per tile: the ring starts the next tile's first stage (same phase group, so the same
          * taps and patch geometry) during this tile */
-        auto next_stage = [&](bool allowed, int &nx_img, int &nx_iy0, int &nx_x0) {
+        auto next_stage = [&](bool allowed, int &nx_img, int &nx_iy0) {
             nx_img = -1;
             nx_iy0 = 0;
-            nx_x0 = 0;
             if (PATCH == 2 && allowed && p.pk_prefetch && ntaps > 0 && tile + t_step < t_end &&
                 tile + t_step < p.tile_start[grp + 1]) {
                 const int tn = tl + t_step;
                 nx_img = (int)cf_udiv((uint32_t)tn, dtpi);
-                const int mb = min((tn - nx_img * tpi) * TM + (warp >> 2) * 64, ph * pw - (p.pk_rowal ? 64 : 1));
-                const int j = (int)cf_udiv((uint32_t)mb, dpw);
-                nx_iy0 = a_h * j + pk_cmin;
-                nx_x0 = (p.pk_rowal ? mb - j * pw : 0) - p.pk_gap; /* as ig_patch_feed's x0 */
+                const int mb = min((tn - nx_img * tpi) * TM + (warp >> 2) * 64, ph * pw - 1);
+                nx_iy0 = a_h * (int)cf_udiv((uint32_t)mb, dpw) + pk_cmin;
             }
         };
-        /* row tiles under the TMA store: the last block of a row computes its second half shifted (ig_patch_feed) */
-        const bool shift = !STATS && p.pk_rowal && p.tma_store;
         if constexpr (SPLIT) { /* this CTA's channel half (chunk = rank) of both column phases */
             float acc[2][NT][4]; /* column phases 0 and 1: the epilogue treats them as two m16 tiles (MT = 2) */
-            int nx_img, nx_iy0, nx_x0;
-            next_stage(true, nx_img, nx_iy0, nx_x0);
+            int nx_img, nx_iy0;
+            next_stage(true, nx_img, nx_iy0);
             ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, dpw, pk_cmin, pk_rows, ntaps,
-                                           pk_first, pk_ring, pk_pre, nx_img, nx_iy0, nx_x0, false);
+                                           pk_first, pk_ring, pk_pre, nx_img, nx_iy0);
             ig_mainloop_split<NT, PATCH == 2>(p, s, feed, ntaps0, *reinterpret_cast<float(*)[1][NT][4]>(&acc[0]),
                                               *reinterpret_cast<float(*)[1][NT][4]>(&acc[1]));
             pk_pre = nx_img >= 0;
@@ -1688,11 +1649,11 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
             for (int chunk = 0; chunk < p.nchunk; ++chunk) {
                 if constexpr (WG) {
                     if constexpr (patch) {
-                        int nx_img, nx_iy0, nx_x0;
-                        next_stage(p.nchunk == 1 && !two_visits, nx_img, nx_iy0, nx_x0);
+                        int nx_img, nx_iy0;
+                        next_stage(p.nchunk == 1 && !two_visits, nx_img, nx_iy0);
                         ig_patch_feed<PATCH == 2> feed(p, s, t_img, m_tile + (warp >> 2) * 64, ph, pw, dpw, pk_cmin, pk_rows,
                                                        cf_ig_patch_steps(p.pk_cps, ntaps), pk_first, pk_ring,
-                                                       pk_pre, nx_img, nx_iy0, nx_x0, shift);
+                                                       pk_pre, nx_img, nx_iy0);
                         ig_mainloop_patch<NT, PASSES, PATCH == 2>(p, s, feed, chunk, acc);
                         pk_pre = nx_img >= 0;
                         if constexpr (late_px)
@@ -1732,7 +1693,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                     ig_tile_stats<NT, MT>(p, s, px, chunk, acc);
                 if constexpr (WG && NT <= 8 && !STATS) {
                     if (p.tma_store) {
-                        ig_store_tma<NT>(p, s, m_tile + (warp >> 2) * 64, t_img, chunk, pw, dpw, acc);
+                        ig_store_tma<NT>(p, s, m_tile + (warp >> 2) * 64, t_img, chunk, acc);
                         continue;
                     }
                 }

@@ -17,9 +17,9 @@
  *                   CF_MATH_DEFAULT otherwise (TF32 products): atol = rtol = 5e-3; atol times the chain's gain
  *                   (product of |mul_scalar| > 1 and gelu's 1.13). Exit 77 if CUDA is unavailable.
  *
- *   --wide          wide rows: W 24-264 (a multiple of 4 and stride 1 in 7 of 10 cases), H 1-12, so that
- *                   conv2d rows span one or more 64-pixel blocks (the kernel's row tiles, cf_ig_params::pk_rowal).
- *                   Its cases differ from the default's: a failure's reproducer names --wide.
+ *   --wide          wide rows: W 24-264 (a multiple of 4 and stride 1 in 7 of 10 cases, so the input patch and
+ *                   its TMA copies serve them), H 1-12: rows longer than a 64-pixel warpgroup tile, which the
+ *                   default sizes (H/W 1-20) never reach. A failure's reproducer names --wide.
  *
  * Plans refused with CF_STATUS_NOT_SUPPORTED are counted and printed, not failures. BatchNorm running stats
  * and num_batches_tracked are compared too. Exit: 0 ok, 1 a case failed, 2 usage, 77 backend unavailable. */

@@ -263,48 +263,6 @@ def test_tile_order(case, on, monkeypatch, capfd):
     assert want in err, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
 
 
-# Row tiles (cf_ig_params::pk_rowal): one phase, TMA stages; a warpgroup's 64 pixels lie in one output row (by
-# default only in the batch-norm statistics pass; every pass with CONVFUSE_IG_ROWS=1). Rows a
-# multiple of 64 wide; a last block of 36, 60 or 62 columns (the second output box shifted back by 28, 4 or 2);
-# exactly 32 (both boxes the same columns); a padded halo (gap 4); dilation; C_out below the box; a last tile with
-# idle warpgroups (65 rows of one block); training (the statistics pass over row tiles) and a softmax. A row whose
-# last block is under 32 wide (OW = 82) never takes them. CONVFUSE_IG_ROWS=1 forces them wherever possible.
-ROW_CASES = [
-    Case(False, 3, 8, 67, 64, 64, (3, 3), (1, 1), (0, 1), (0, 0), (1, 1), True, BN_EVAL),  # 65 x 64
-    Case(False, 2, 8, 30, 100, 64, (3, 3), (1, 1), (0, 1), (0, 0), (1, 1), True, BN_TRAIN),  # OW 100
-    Case(False, 2, 8, 9, 128, 40, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), False, BN_EVAL),  # padded, OW 128
-    Case(False, 1, 6, 7, 64, 24, (3, 3), (1, 1), (1, 2), (0, 0), (2, 2), True, [("affine_channel",)]),  # dilated
-    Case(False, 2, 8, 12, 36, 16, (5, 5), (1, 1), (0, 0), (0, 0), (1, 1), True, [("add_channel",), ("relu",)]),  # 32
-    Case(False, 3, 5, 10, 64, 56, (5, 5), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),  # OW 60, C_in 5
-    Case(False, 2, 8, 6, 128, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, KB91_CHAIN),  # softmax, OW 126
-    Case(False, 2, 8, 6, 84, 32, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_EVAL),  # OW 82: whole rows
-]
-
-
-@pytest.mark.parametrize("rows", [True, False], ids=["rows", "whole_rows"])
-@pytest.mark.parametrize("case", ROW_CASES, ids=lambda c: c.line())
-def test_row_tiles(case, rows, monkeypatch, capfd):
-    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
-    monkeypatch.setenv("CONVFUSE_IG_ROWS", "1" if rows else "0")
-    gpu_case(case, torch.Generator().manual_seed(case.w + case.c_out), math="strict")
-    err = capfd.readouterr().err
-    ow = case.out_hw()[1]
-    want = rows and (ow % 64 == 0 or ow % 64 >= 32)
-    assert "+patch(tma)" in err, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
-    assert ("+rows" in err) == want, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
-
-
-def test_row_tiles_default_kb73(monkeypatch, capfd):
-    """KB2-73's rows (OW = 126, two blocks of 64 columns) take row tiles by default in the statistics pass only."""
-    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
-    monkeypatch.delenv("CONVFUSE_IG_ROWS", raising=False)
-    case = Case(False, 2, 8, 128, 128, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN)
-    gpu_case(case, torch.Generator().manual_seed(731))
-    launches = [ln for ln in capfd.readouterr().err.splitlines() if "launch: igemm" in ln]
-    assert len(launches) == 2 and "+rows" in launches[0] and "+rows" not in launches[1], "\n".join(launches)
-    assert "stats=1" in launches[0], "\n".join(launches)
-
-
 class KB73(nn.Module):
     """KernelBench level 2 #73, as defined there."""
 
