@@ -1,0 +1,69 @@
+"""Small-batch latency: where a fused call's time goes (host or GPU). python3 bench/latency.py [--n 1 8] [--iters 200]
+
+Per block and batch: the CUDA-event time per call over back-to-back calls (what the benchmarks report), the host
+time per call (wall clock of the same loop before the final synchronize), and the GPU time of the call's kernels
+(torch.profiler, CUPTI). When host >= event time the GPU waits on the host: the call is launch-bound."""
+import argparse
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from common import ROOT  # noqa: F401  (puts python/ on the path)
+import convfuse
+
+
+def make(block, n):
+    g = torch.Generator(device="cuda").manual_seed(n)
+    if block == "kb2-91":
+        x = torch.rand(n, 64, 64, 64, device="cuda", generator=g)
+        w = torch.randn(64, 128, 4, 4, device="cuda", generator=g) * 0.03
+        b = torch.randn(128, device="cuda", generator=g) * 0.03
+        bias = torch.randn(128, device="cuda", generator=g)
+        return lambda: convfuse.convt_softmax_bias_scale_sigmoid(x, w, b, bias, 2.0, 2, 1, 1)
+    x = torch.rand(n, 8, 128, 128, device="cuda", generator=g)
+    w = torch.randn(64, 8, 3, 3, device="cuda", generator=g) * 0.1
+    b = torch.randn(64, device="cuda", generator=g) * 0.1
+    ga, be = torch.rand(64, device="cuda", generator=g) + 0.5, torch.randn(64, device="cuda", generator=g)
+    rm, rv = torch.zeros(64, device="cuda"), torch.ones(64, device="cuda")
+    nbt = torch.zeros((), dtype=torch.int64, device="cuda")
+    training = block == "kb2-73-train"
+    return lambda: convfuse.conv_bn_scale(x, w, b, ga, be, rm, rv, nbt, training, 0.1, 1e-5, 2.0)
+
+
+def measure(fn, iters):
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    host = (time.perf_counter() - t0) / iters * 1e3
+    e1.record()
+    torch.cuda.synchronize()
+    event = e0.elapsed_time(e1) / iters
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+    gpu_us = sum(e.self_device_time_total for e in prof.key_averages()) / 20
+    kernels = sorted({e.key[:40] for e in prof.key_averages() if e.self_device_time_total > 0})
+    return event, host, gpu_us / 1e3, kernels
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--iters", type=int, default=200)
+    a = ap.parse_args()
+    print(f"{'block':14} {'N':>3} {'event ms':>9} {'host ms':>8} {'gpu ms':>8}  kernels")
+    for block in ("kb2-91", "kb2-73-train", "kb2-73-eval"):
+        for n in a.n:
+            event, host, gpu, kernels = measure(make(block, n), a.iters)
+            print(f"{block:14} {n:3d} {event:9.4f} {host:8.4f} {gpu:8.4f}  {', '.join(kernels)}")
+
+
+if __name__ == "__main__":
+    main()
