@@ -98,7 +98,14 @@ for step in "$@"; do
                 timeout 200 $b run $a --iters ${AB_ITERS:-20} 2>&1 | grep -E "^time" | sed -E 's/ \(median.*//' || rc=1
             done
         done 2>&1 | tee "$OUT/ablate.txt" ;;
-    latency) timeout 300 python3 bench/latency.py ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency.txt" || rc=1 ;;
+    latency)  # with .devbuild/base/ (python/ and libconvfuse.so of a baseline), that first, then this build
+        if [ -d .devbuild/base ]; then
+            echo "--- baseline"
+            LATENCY_PYTHON=$PWD/.devbuild/base/python CONVFUSE_LIBRARY=$PWD/.devbuild/base/libconvfuse.so \
+                timeout 300 python3 bench/latency.py ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency_base.txt" || rc=1
+            echo "--- this build"
+        fi
+        timeout 300 python3 bench/latency.py ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency.txt" || rc=1 ;;
     report) timeout 560 python3 bench/report.py --out-dir "$OUT" ${REPORT_ARGS:-} 2>&1 | tail -40 || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac

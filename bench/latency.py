@@ -4,13 +4,21 @@ Per block and batch: the CUDA-event time per call over back-to-back calls (what 
 time per call (wall clock of the same loop before the final synchronize), and the GPU time of the call's kernels
 (torch.profiler, CUPTI). When host >= event time the GPU waits on the host: the call is launch-bound."""
 import argparse
+import cProfile
+import pstats
 import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+import os
+import sys
+
 from common import ROOT  # noqa: F401  (puts python/ on the path)
-import convfuse
+
+if os.environ.get("LATENCY_PYTHON"):  # an A/B baseline: another checkout's python/ (with its CONVFUSE_LIBRARY)
+    sys.path.insert(0, os.environ["LATENCY_PYTHON"])
+import convfuse  # noqa: E402
 
 
 def make(block, n):
@@ -57,12 +65,26 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--cprofile", action="store_true", help="also: the Python profile of 200 KB2-73 eval calls (N=1)")
     a = ap.parse_args()
+    print(f"convfuse from {convfuse.__file__}")
     print(f"{'block':14} {'N':>3} {'event ms':>9} {'host ms':>8} {'gpu ms':>8}  kernels")
     for block in ("kb2-91", "kb2-73-train", "kb2-73-eval"):
         for n in a.n:
             event, host, gpu, kernels = measure(make(block, n), a.iters)
             print(f"{block:14} {n:3d} {event:9.4f} {host:8.4f} {gpu:8.4f}  {', '.join(kernels)}")
+    if a.cprofile:
+        fn = make("kb2-73-eval", 1)
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(200):
+            fn()
+        pr.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(pr).sort_stats("tottime").print_stats(18)
 
 
 if __name__ == "__main__":

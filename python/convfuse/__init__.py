@@ -73,6 +73,8 @@ def _check_tensor(t, name, device=None, dtype=torch.float32):
 
 
 def _pair(v, name, minimum):
+    if type(v) is int and v >= minimum:  # the common case, without the abstract-class checks below
+        return v, v
     if isinstance(v, (tuple, list)):
         if len(v) != 2:
             raise ValueError(f"{name}: expected an int or a pair of ints, got {v!r}")
@@ -88,6 +90,8 @@ def _pair(v, name, minimum):
 
 
 def _scalar(v, name):
+    if type(v) is float or type(v) is int:
+        return float(v)
     if isinstance(v, torch.Tensor) and v.numel() == 1:
         return float(v.item())
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
@@ -103,6 +107,8 @@ def _channel_vector(t, name, c_out, device):
     if t.numel() != c_out or not (len(shape) == 1 or padded == (1, c_out, 1, 1)):
         raise ValueError(f"{name}: expected shape ({c_out},) or ({c_out}, 1, 1) (one value per output channel), "
                          f"got {shape}")
+    if len(shape) == 1 and t.is_contiguous():
+        return t
     return t.reshape(-1).contiguous()
 
 
@@ -333,7 +339,9 @@ def conv_chain(x, weight, bias, chain, *, transposed, stride=1, padding=0, outpu
     desc, c_ops, bufs, keep, backend, math, device, c_out = _prepare(
         x, weight, bias, chain, transposed, stride, padding, output_padding, dilation, groups, backend, math)
     device_index = device.index if device.type == "cuda" else -1
-    if device.type == "cuda":
+    # the launch goes to the tensors' device: switched to only when it is not the current one (the switch and
+    # back cost a batch-1 call measurable host time, bench/latency.py)
+    if device.type == "cuda" and device_index != torch.cuda.current_device():
         with torch.cuda.device(device):
             return _execute(desc, c_ops, bufs, keep, backend, math, device, device_index, c_out, out)
     return _execute(desc, c_ops, bufs, keep, backend, math, device, device_index, c_out, out)
@@ -361,7 +369,7 @@ def _execute(desc, c_ops, bufs, keep, backend, math, device, device_index, c_out
 
     stream, workspace = None, None
     if device.type == "cuda":
-        stream = torch.cuda.current_stream(device).cuda_stream
+        stream = torch.cuda.current_stream().cuda_stream  # the current device is `device` (conv_chain)
         if plan.workspace_bytes:
             # Allocated on the current stream by the caching allocator: freeing it after the (asynchronous)
             # launch is safe, its memory is reused only by work ordered after ours on this stream.
