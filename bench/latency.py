@@ -1,8 +1,9 @@
 """Small-batch latency: where a fused call's time goes (host or GPU). python3 bench/latency.py [--n 1 8] [--iters 200]
 
 Per block and batch: the CUDA-event time per call over back-to-back calls (what the benchmarks report), the host
-time per call (wall clock of the same loop before the final synchronize), and the GPU time of the call's kernels
-(torch.profiler, CUPTI). When host >= event time the GPU waits on the host: the call is launch-bound."""
+time per call (wall clock of the same loop before the final synchronize), the GPU time of the call's kernels
+(torch.profiler, CUPTI), and the event time per replay of the call captured in a CUDA graph. When host >= event
+time the GPU waits on the host: the call is launch-bound, and a graph removes that."""
 import argparse
 import cProfile
 import pstats
@@ -58,7 +59,24 @@ def measure(fn, iters):
         torch.cuda.synchronize()
     gpu_us = sum(e.self_device_time_total for e in prof.key_averages()) / 20
     kernels = sorted({e.key[:40] for e in prof.key_averages() if e.self_device_time_total > 0})
-    return event, host, gpu_us / 1e3, kernels
+    # the same call captured in a CUDA graph (tests/gpu/test_cuda_graph.py), replays back to back: no host time
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(5):
+        g.replay()
+    e0.record()
+    for _ in range(iters):
+        g.replay()
+    e1.record()
+    torch.cuda.synchronize()
+    graph = e0.elapsed_time(e1) / iters
+    return event, host, gpu_us / 1e3, graph, kernels
 
 
 def main():
@@ -68,11 +86,11 @@ def main():
     ap.add_argument("--cprofile", action="store_true", help="also: the Python profile of 200 KB2-73 eval calls (N=1)")
     a = ap.parse_args()
     print(f"convfuse from {convfuse.__file__}")
-    print(f"{'block':14} {'N':>3} {'event ms':>9} {'host ms':>8} {'gpu ms':>8}  kernels")
+    print(f"{'block':14} {'N':>3} {'event ms':>9} {'host ms':>8} {'gpu ms':>8} {'graph ms':>9}  kernels")
     for block in ("kb2-91", "kb2-73-train", "kb2-73-eval"):
         for n in a.n:
-            event, host, gpu, kernels = measure(make(block, n), a.iters)
-            print(f"{block:14} {n:3d} {event:9.4f} {host:8.4f} {gpu:8.4f}  {', '.join(kernels)}")
+            event, host, gpu, graph, kernels = measure(make(block, n), a.iters)
+            print(f"{block:14} {n:3d} {event:9.4f} {host:8.4f} {gpu:8.4f} {graph:9.4f}  {', '.join(kernels)}")
     if a.cprofile:
         fn = make("kb2-73-eval", 1)
         for _ in range(10):
