@@ -38,7 +38,7 @@ for step in "$@"; do
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
         ls -la "$OUT" ;;
     fuzz)  # the default choice (wgmma + TMA input patch where it fits), then each path and patch variant forced
-        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges wide wgs4 wgs2}; do
+        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges wide}; do
             echo "--- fuzz, tensor-core path: $v"; a=""
             case $v in
             sync) e="CONVFUSE_IG_MMA=sync" ;;
@@ -52,8 +52,6 @@ for step in "$@"; do
             slots2) e="CONVFUSE_IG_PATCH_SLOTS=2" ;;
             ranges) e="CONVFUSE_IG_INTERLEAVE=0" ;;
             wide) e="DEFAULT=1"; a="--wide" ;;  # rows of 24-264 pixels (fuzz_shapes --wide)
-            wgs4) e="CONVFUSE_IG_WGS=4" ;;       # CTAs of 4 warpgroups (the fuzz's small shapes take fewer)
-            wgs2) e="CONVFUSE_IG_WGS=2" ;;
             *) e="DEFAULT=1" ;;
             esac
             env $e timeout 300 .devbuild/fuzz_shapes --backend cuda $a \

@@ -59,8 +59,7 @@ def measure(fn, iters):
         torch.cuda.synchronize()
     gpu_us = sum(e.self_device_time_total for e in prof.key_averages()) / 20
     kernels = sorted({e.key[:40] for e in prof.key_averages() if e.self_device_time_total > 0})
-    # the same call captured in a CUDA graph (as tests/gpu/test_modules_cuda.py does), replayed back to back:
-    # no host time
+    # the same call captured in a CUDA graph (as tests/gpu/test_modules_cuda.py does), replays back to back: no host time
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):

@@ -287,35 +287,6 @@ static int smem_optin_bytes(void)
     return v - static_bytes;
 }
 
-/* Tiles, group by group (tile_start, num_tiles) at the current warpgroup count; in patch mode every image starts a
- * new tile. False past the kernel's 32-bit pixel and tile indices. */
-static bool ig_tiles(const struct cf_plan *plan, cf_ig_params *p, char *why, size_t why_size)
-{
-    const cf_conv_desc_t *d = &plan->conv;
-    p->tile_m = p->wgs * 64;
-    const int tm = p->wg ? p->tile_m : CF_IG_TILE_M; /* as the kernel's TM */
-    int64_t tiles = 0;
-    for (int g = 0; g < p->ngroup; ++g) {
-        const int qh = p->cluster > 1 ? g : g / p->sw, qw = p->cluster > 1 ? 0 : g % p->sw;
-        const int64_t ph = (p->oh - qh + p->sh - 1) / p->sh;
-        const int64_t pw = p->cluster > 1 ? p->pw_pairs : (p->ow - qw + p->sw - 1) / p->sw;
-        p->tile_start[g] = (int)tiles;
-        if (d->n * ph * pw >= INT32_MAX - CF_IG_TILE_M) {
-            snprintf(why, why_size, "more than 2^31 output pixels in one stride phase (N*PH*PW = %lld)",
-                     (long long)(d->n * ph * pw));
-            return false;
-        }
-        tiles += p->patch ? d->n * ((ph * pw + tm - 1) / tm) : (d->n * ph * pw + tm - 1) / tm;
-        if (tiles >= INT32_MAX - (1 << 20)) { /* room for tile + grid stride */
-            snprintf(why, why_size, "more than 2^31 pixel tiles");
-            return false;
-        }
-    }
-    p->tile_start[p->ngroup] = (int)tiles;
-    p->num_tiles = (int)tiles;
-    return true;
-}
-
 /* Everything about the launch that depends only on the plan (no pointers). Writes why on failure. */
 static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, char *why, size_t why_size,
                      bool allow_patch)
@@ -494,22 +465,27 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
             p->tma_store = 0;
     }
     p->stats_mode = 0;
-    /* Tiles, group by group; in patch mode every image starts a new tile. wgmma CTAs of CF_IG_WGS warpgroups, or
-     * fewer (smaller tiles) where the full ones would not give every SM a CTA and the smaller still fit in one
-     * round: a small batch then runs on all SMs, each with less contention (docs/kb2_73.md).
-     * CONVFUSE_IG_WGS=1|2|4 forces the count. */
-    const int wgs_env = env_int("CONVFUSE_IG_WGS", 0, 0, CF_IG_WGS);
-    p->wgs = CF_IG_WGS;
-    for (;;) {
-        if (!ig_tiles(plan, p, why, why_size))
+    /* Tiles, group by group; in patch mode every image starts a new tile. */
+    const int tm = p->wg ? CF_IG_WG_TILE_M : CF_IG_TILE_M; /* as the kernel's TM */
+    int64_t tiles = 0;
+    for (int g = 0; g < p->ngroup; ++g) {
+        const int qh = p->cluster > 1 ? g : g / p->sw, qw = p->cluster > 1 ? 0 : g % p->sw;
+        const int64_t ph = (p->oh - qh + p->sh - 1) / p->sh;
+        const int64_t pw = p->cluster > 1 ? p->pw_pairs : (p->ow - qw + p->sw - 1) / p->sw;
+        p->tile_start[g] = (int)tiles;
+        if (d->n * ph * pw >= INT32_MAX - CF_IG_TILE_M) {
+            snprintf(why, why_size, "more than 2^31 output pixels in one stride phase (N*PH*PW = %lld)",
+                     (long long)(d->n * ph * pw));
             return false;
-        const int64_t ctas = (int64_t)p->num_tiles * p->cluster, sms = plan->device_sm_count;
-        /* the input-patch variants only (the per-thread gather's ring is laid out for CF_IG_WGS warpgroups) */
-        const bool fewer = p->wg && p->patch && p->wgs > 1 && (wgs_env > 0 ? p->wgs > wgs_env : 2 * ctas <= sms);
-        if (!fewer)
-            break;
-        p->wgs /= 2;
+        }
+        tiles += p->patch ? d->n * ((ph * pw + tm - 1) / tm) : (d->n * ph * pw + tm - 1) / tm;
+        if (tiles >= INT32_MAX - (1 << 20)) { /* room for tile + grid stride */
+            snprintf(why, why_size, "more than 2^31 pixel tiles");
+            return false;
+        }
     }
+    p->tile_start[p->ngroup] = (int)tiles;
+    p->num_tiles = (int)tiles;
     /* Tile order. One phase: interleaved across the grid (cluster c takes c, c + clusters, ...), so the grid writes
      * each output plane as one advancing front (H100, KB2-73 eval 0.330 -> 0.313 ms, train 0.677 -> 0.666). Phase
      * groups: a contiguous range per cluster (interleaved, KB2-91 went 1.29 -> 1.53 ms). CONVFUSE_IG_INTERLEAVE=0|1
@@ -769,7 +745,7 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
                              cudaStream_t stream, int *grid_out)
 {
     ig_kernel_fn fn = ig_pick(nt, passes, p->stats_mode != 0, p->wg, p->patch ? (p->pk_tma ? 2 : 1) : 0, p->split);
-    const int threads = p->wg ? p->wgs * 128 : CF_IG_THREADS;
+    const int threads = p->wg ? CF_IG_WGS * 128 : CF_IG_THREADS;
     if (!fn)
         return cf_error(CF_STATUS_INTERNAL_ERROR, "no kernel variant NT=%d products=%d", nt, passes);
     const size_t smem = cf_ig_smem_bytes(p, nt);
@@ -802,11 +778,11 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (cf_verbose("launch"))
         fprintf(stderr,
                 "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
-                "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s warpgroups=%d\n",
+                "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s\n",
                 p->wg ? "wgmma" : "mma.sync", p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
                 p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes,
                 grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps,
-                p->tile_interleave ? "interleaved" : "ranges", p->wg ? p->wgs : 0);
+                p->tile_interleave ? "interleaved" : "ranges");
     return CF_STATUS_SUCCESS;
 }
 

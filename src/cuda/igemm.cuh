@@ -99,7 +99,6 @@ struct cf_ig_params {
     int ngroup;             /* tile groups: phases (cluster 1) or row phases (cluster s_w) */
     int tile_start[CF_IG_MAX_PHASES + 1]; /* prefix sums of 256-pixel tiles per group */
     int num_tiles;
-    int wgs, tile_m;        /* wgmma: warpgroups per CTA (CF_IG_WGS, fewer when that leaves SMs idle) and 64 * wgs */
     int tile_interleave;    /* cluster c takes tiles c, c + clusters, ... (else a contiguous range) */
     int nstage, softmax_stage, ntables;
     struct cf_ig_stage stage[CF_CHAIN_MAX_OPS + 1];

@@ -1457,7 +1457,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
     const int t_end = p.tile_interleave ? p.num_tiles : (int)((int64_t)(cid + 1) * p.num_tiles / ncl);
     const int t_step = p.tile_interleave ? ncl : 1;
     int grp = -1, q = -1, ntaps = 0, ntaps0 = 0, ph = 0, pw = 0, qh = 0, qw = 0, pk_cmin = 0, pk_rows = 0;
-    const int TM = WG ? p.tile_m : CF_IG_TILE_M; /* wgmma: 64 pixels per warpgroup, blockDim.x / 128 of them */
+    constexpr int TM = WG ? CF_IG_WG_TILE_M : CF_IG_TILE_M;
     int tpi = 1; /* patch mode: tiles per image of the group */
     /* division by pw and by tpi, needed per tile: by multiply and shift (udiv.h), the magic numbers in shared
      * memory (in registers they cost the variants at the 128-register cap more spills) */

@@ -263,36 +263,6 @@ def test_tile_order(case, on, monkeypatch, capfd):
     assert want in err, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
 
 
-# Warpgroups per CTA (cf_ig_params::wgs): CF_IG_WGS = 4, or 2 or 1 (64-pixel tiles per warpgroup, so 128- or
-# 64-pixel CTA tiles) where 4 would leave SMs idle. CONVFUSE_IG_WGS forces the count: each count on split mode, phase
-# groups, the TMA patch and store with training batch norm, and the two-visit softmax (C_out over two chunks).
-WGS_CASES = INTERLEAVE_CASES + [
-    Case(False, 3, 8, 20, 20, 200, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True, KB91_CHAIN),
-]
-
-
-@pytest.mark.parametrize("wgs", [1, 2, 4])
-@pytest.mark.parametrize("case", WGS_CASES, ids=lambda c: c.line())
-def test_warpgroups_per_cta(case, wgs, monkeypatch, capfd):
-    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
-    monkeypatch.setenv("CONVFUSE_IG_WGS", str(wgs))
-    gpu_case(case, torch.Generator().manual_seed(case.n + 17 * wgs), math="strict")
-    launches = [ln for ln in capfd.readouterr().err.splitlines() if "launch: igemm" in ln]
-    assert launches and all(f"warpgroups={wgs}" in ln for ln in launches), "\n".join(launches) + "\n" + case.line()
-
-
-def test_warpgroups_small_batch(monkeypatch, capfd):
-    """By default a batch too small to give every SM a CTA of 4 warpgroups takes smaller CTAs (KB2-73 at batch 1:
-    63 tiles of 256 pixels, 126 of 128); the default shape keeps 4."""
-    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
-    monkeypatch.delenv("CONVFUSE_IG_WGS", raising=False)
-    for n, want in ((1, 2), (32, 4)):
-        case = Case(False, n, 8, 128, 128, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_EVAL)
-        gpu_case(case, torch.Generator().manual_seed(n))
-        launches = [ln for ln in capfd.readouterr().err.splitlines() if "launch: igemm" in ln]
-        assert launches and all(f"warpgroups={want}" in ln for ln in launches), "\n".join(launches)
-
-
 class KB73(nn.Module):
     """KernelBench level 2 #73, as defined there."""
 
