@@ -105,7 +105,7 @@ for step in "$@"; do
                 timeout 300 python3 bench/latency.py ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency_base.txt" || rc=1
             echo "--- this build"
         fi
-        timeout 300 python3 bench/latency.py ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency.txt" || rc=1 ;;
+        timeout 300 python3 bench/latency.py --out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency.txt" || rc=1 ;;
     report) timeout 560 python3 bench/report.py --out-dir "$OUT" ${REPORT_ARGS:-} 2>&1 | tail -40 || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac

@@ -6,6 +6,7 @@ time per call (wall clock of the same loop before the final synchronize), the GP
 time the GPU waits on the host: the call is launch-bound, and a graph removes that."""
 import argparse
 import cProfile
+import json
 import pstats
 import time
 
@@ -15,7 +16,7 @@ from torch.profiler import ProfilerActivity, profile
 import os
 import sys
 
-from common import ROOT  # noqa: F401  (puts python/ on the path)
+from common import ROOT, header  # noqa: F401  (ROOT: puts python/ on the path)
 
 if os.environ.get("LATENCY_PYTHON"):  # an A/B baseline: another checkout's python/ (with its CONVFUSE_LIBRARY)
     sys.path.insert(0, os.environ["LATENCY_PYTHON"])
@@ -84,13 +85,23 @@ def main():
     ap.add_argument("--n", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--cprofile", action="store_true", help="also: the Python profile of 200 KB2-73 eval calls (N=1)")
+    ap.add_argument("--out", help="write the rows as JSON (gpu, torch, git_sha)")
     a = ap.parse_args()
+    rows = []
     print(f"convfuse from {convfuse.__file__}")
     print(f"{'block':14} {'N':>3} {'event ms':>9} {'host ms':>8} {'gpu ms':>8} {'graph ms':>9}  kernels")
     for block in ("kb2-91", "kb2-73-train", "kb2-73-eval"):
         for n in a.n:
             event, host, gpu, graph, kernels = measure(make(block, n), a.iters)
             print(f"{block:14} {n:3d} {event:9.4f} {host:8.4f} {gpu:8.4f} {graph:9.4f}  {', '.join(kernels)}")
+            rows.append({"block": block, "n": n, "event_ms": round(event, 4), "host_ms": round(host, 4),
+                         "gpu_ms": round(gpu, 4), "graph_ms": round(graph, 4), "kernels": len(kernels)})
+    if a.out:
+        doc = header("KB2-91 (N,64,64,64) k4s2p1op1 -> 128; KB2-73 (N,8,128,128) k3 -> 64")
+        doc.update({"iters": a.iters, "rows": rows})
+        with open(a.out, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
     if a.cprofile:
         fn = make("kb2-73-eval", 1)
         for _ in range(10):
