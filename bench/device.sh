@@ -38,7 +38,7 @@ for step in "$@"; do
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
         ls -la "$OUT" ;;
     fuzz)  # the default choice (wgmma + TMA input patch where it fits), then each path and patch variant forced
-        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges wide}; do
+        for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges wide vec1 vec2}; do
             echo "--- fuzz, tensor-core path: $v"; a=""
             case $v in
             sync) e="CONVFUSE_IG_MMA=sync" ;;
@@ -52,6 +52,8 @@ for step in "$@"; do
             slots2) e="CONVFUSE_IG_PATCH_SLOTS=2" ;;
             ranges) e="CONVFUSE_IG_INTERLEAVE=0" ;;
             wide) e="DEFAULT=1"; a="--wide" ;;  # rows of 24-264 pixels (fuzz_shapes --wide)
+            vec1) e="CONVFUSE_IG_PATCH_VEC=1 CONVFUSE_IG_TMA=0" ;;  # 4-byte patch copies everywhere
+            vec2) e="CONVFUSE_IG_PATCH_VEC=2 CONVFUSE_IG_TMA=0" ;;
             *) e="DEFAULT=1" ;;
             esac
             env $e timeout 300 .devbuild/fuzz_shapes --backend cuda $a \
@@ -87,6 +89,16 @@ for step in "$@"; do
                     | grep -E "^time|launch:|FAIL|rror" | sort -u | sed -E 's/ \(median.*//; s/convfuse: launch: //' || rc=1
             done
         done 2>&1 | tee "$OUT/knobs.txt" ;;
+    oddw)  # widths that are not a multiple of 4: the patch by 8- or 4-byte copies against the per-thread gather
+        for a in "kb2-73 --mode eval --shape 128,8,130,130" "kb2-73 --mode eval --shape 128,8,129,129" \
+                 "kb2-73 --mode train --shape 128,8,129,129" "kb2-91 --shape 128,64,65,65" "kb2-91 --shape 128,64,66,66" \
+                 "kb2-73 --mode eval" "kb2-91"; do
+            for k in DEFAULT=1 CONVFUSE_IG_PATCH=0 CONVFUSE_IG_TMA=0 "CONVFUSE_IG_TMA=0 CONVFUSE_IG_PATCH_VEC=1"; do
+                echo "--- $k: convfuse run $a"
+                env $k CONVFUSE_VERBOSE=launch timeout 200 .devbuild/convfuse run $a --iters ${AB_ITERS:-20} 2>&1 \
+                    | grep -E "^time|launch:|FAIL|rror" | sort -u | sed -E 's/ \(median.*//; s/convfuse: launch: //' || rc=1
+            done
+        done 2>&1 | tee "$OUT/oddw.txt" ;;
     large)  # tensors past 2^31 bytes (N=256: y is 2.2 GB) and past 2^31 elements (N=1024: 2.2 G elements, 8.7 GB)
         for n in 256 1024; do
             echo "--- convfuse run kb2-91 --batch $n"; timeout 240 .devbuild/convfuse run kb2-91 --batch $n --iters 5 2>&1 | tail -6 || rc=1

@@ -119,13 +119,19 @@ static int ig_tap_offsets_host(int transposed, int q, int stride, int pad, int d
 }
 
 /* Input-patch geometry (see ig_patch_feed): row stride, column gap and floats per stage buffer. False when the
- * shape does not suit it: strided columns (conv2d stride_w > 1), W not a multiple of 4 (16-byte copies), or a
- * column halo wider than 64. */
+ * shape does not suit it: strided columns (conv2d stride_w > 1), or a column halo wider than 64. */
 static bool ig_patch_geometry(cf_ig_params *p)
 {
     const int a_h = p->transposed ? 1 : p->stride_h, a_w = p->transposed ? 1 : p->stride_w;
-    if (a_w != 1 || p->w % 4 != 0)
+    if (a_w != 1)
         return false;
+    /* cp.async copies of 16 bytes where rows allow (W a multiple of 4), else 8 or 4: an odd width took the
+     * per-thread gather (H100: KB2-73 eval at 130x130 input, 0.455 ms against 0.30 at 128x128).
+     * CONVFUSE_IG_PATCH_VEC=1|2|4 narrows the copies (testing). */
+    p->pk_vec = p->w % 4 == 0 ? 4 : p->w % 2 == 0 ? 2 : 1;
+    const int vec_env = env_int("CONVFUSE_IG_PATCH_VEC", 4, 1, 4);
+    while (p->pk_vec > vec_env)
+        p->pk_vec /= 2;
     int left = 0, right = 0, nr_max = 0;
     for (int q = 0; q < p->nphase; ++q) {
         const int qh = q / p->sw, qw = q % p->sw;
@@ -167,8 +173,8 @@ static bool ig_patch_geometry(cf_ig_params *p)
         gap += 4;
     p->pk_gap = gap;
     p->pk_ld = p->w + gap;
-    p->pk_drr = 128 / (p->w / 4);
-    p->pk_dch = 128 % (p->w / 4);
+    p->pk_drr = 128 / (p->w / p->pk_vec);
+    p->pk_dch = 128 % (p->w / p->pk_vec);
     /* stage buffers 128-byte aligned (TMA destinations); the gap after the last row stays zero */
     p->pk_stage = (int)(((int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld + 31) / 32 * 32);
     p->pk_rows = nr_max;
@@ -176,9 +182,9 @@ static bool ig_patch_geometry(cf_ig_params *p)
      * where a tile's patch is one stage (C_in <= channels per stage): the next tile's stage then starts
      * during this tile's epilogue (KB2-73 eval 0.455 -> 0.358 ms). With several stages per tile, each one's
      * wait is exposed, and there the 16-byte cp.async copies measured faster (KB2-91: 1.84 against 1.97 ms, H100).
-     * CONVFUSE_IG_TMA=0|1 forces it. */
+     * CONVFUSE_IG_TMA=0|1 forces it. The tensor map needs 16-byte row strides: W a multiple of 4. */
     const int tma_env = env_int("CONVFUSE_IG_TMA", -1, -1, 1);
-    p->pk_tma = a_h == 1 && p->pk_ld <= 256 && nr_max <= 256 &&
+    p->pk_tma = a_h == 1 && p->w % 4 == 0 && p->pk_ld <= 256 && nr_max <= 256 &&
                 (tma_env < 0 ? p->pk_kc == 1 : tma_env == 1);
     p->pk_prefetch = env_int("CONVFUSE_IG_PREFETCH", 1, 0, 1);
     return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld < (1 << 20);
@@ -403,7 +409,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
                 /* its patch: stages by TMA into two ring slots where they fit (H100, KB2-91: 1.44 ms with one slot by
                  * cp.async, 1.37 TMA, 1.35 two slots, 1.29 both). CONVFUSE_IG_TMA / _PATCH_SLOTS override. */
                 if (!getenv("CONVFUSE_IG_TMA"))
-                    p->pk_tma = p->pk_ld <= 256 && p->pk_rows <= 256;
+                    p->pk_tma = p->w % 4 == 0 && p->pk_ld <= 256 && p->pk_rows <= 256;
                 if (!getenv("CONVFUSE_IG_PATCH_SLOTS"))
                     p->pk_stages = 2;
             }

@@ -117,7 +117,8 @@ struct cf_ig_params {
     int pk_stage;           /* floats per stage buffer */
     int pk_stages;          /* ring slots: 1 (8 channels per stage) or 2 (4 channels per stage) */
     int pk_cps, pk_kc;      /* channels per stage (8 or 4) and stages per tile, ceil(C_in / pk_cps) */
-    int pk_drr, pk_dch;     /* a warpgroup's 128 copies span pk_drr rows and pk_dch chunks of W/4 */
+    int pk_vec;             /* cp.async copies of pk_vec floats (4, or 2 or 1 where W is not a multiple of 4) */
+    int pk_drr, pk_dch;     /* a warpgroup's 128 copies span pk_drr rows and pk_dch chunks of W/pk_vec */
     int pk_rows;            /* patch rows (R) per stage buffer: the most any tile needs */
     int pk_tma;             /* stages arrive by one TMA box load each (else 16-byte cp.async by all 128 threads) */
     int pk_prefetch;        /* TMA, one slot: the next tile's first stage is issued before this tile's epilogue */

@@ -521,7 +521,7 @@ struct ig_patch_feed {
     const cf_ig_params &p;
     const ig_smem &s;
     uint32_t &ring;    /* bits 0-1: the parity ring slot sl waits for next (TMA); bit 2: the slot of the next stage */
-    const int2 &first; /* cp.async: this thread's first (patch row, 16-byte chunk), from ig_patch_first */
+    const int2 &first; /* cp.async: this thread's first (patch row, copy chunk), from ig_patch_first */
     int img, c_min, rows, nsteps;
     int j_first, nrows; /* first phase row of the warpgroup's pixels; patch rows (R*C + ci) this tile needs */
     uint32_t a0, a1;    /* byte offsets of pixels g and g+8, channel row of lane t, tap origin */
@@ -581,7 +581,7 @@ struct ig_patch_feed {
             return;
         }
         const float *src_img = p.src + (int64_t)img * p.cin * p.h * p.w;
-        const int chunks = p.w >> 2, drr = p.pk_drr, dch = p.pk_dch; /* 128 threads = drr rows + dch chunks */
+        const int vec = p.pk_vec, chunks = p.w / vec, drr = p.pk_drr, dch = p.pk_dch; /* 128 = drr rows + dch */
         const int C = p.pk_cps, lc = C == 8 ? 3 : 2;
         const uint32_t dst0 = buf(sl) + (uint32_t)p.pk_gap * 4u;
         int rr = first.x, ch = first.y;
@@ -589,9 +589,14 @@ struct ig_patch_feed {
             const int R = rr >> lc, c = k * C + (rr & (C - 1));
             const int iy = ss == a_h ? iy0 + R : iy0 + a_h * (R / ss) + R % ss;
             const bool ok = (unsigned)iy < (unsigned)p.h && c < p.cin;
-            const float *g = ok ? src_img + ((c * p.h + iy) * p.w + ch * 4) : p.src;
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst0 + (uint32_t)(rr * p.pk_ld + ch * 4) * 4u),
-                         "l"(g), "r"(ok ? 16 : 0));
+            const float *g = ok ? src_img + ((c * p.h + iy) * p.w + ch * vec) : p.src;
+            const uint32_t d = dst0 + (uint32_t)(rr * p.pk_ld + ch * vec) * 4u;
+            if (vec == 4) /* .cg (L2 only) takes 16 bytes only; the narrower copies of odd widths go through L1 */
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(g), "r"(ok ? 16 : 0));
+            else if (vec == 2)
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(g), "r"(ok ? 8 : 0));
+            else
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(g), "r"(ok ? 4 : 0));
             rr += drr;
             ch += dch;
             if (ch >= chunks) {
@@ -694,7 +699,7 @@ struct ig_patch_feed {
  * the divisions cost ~30 instructions). */
 __device__ __forceinline__ int2 ig_patch_first(const cf_ig_params &p)
 {
-    const int wt = threadIdx.x & 127, chunks = max(p.w >> 2, 1);
+    const int wt = threadIdx.x & 127, chunks = max(p.w / p.pk_vec, 1);
     return make_int2(wt / chunks, wt % chunks);
 }
 

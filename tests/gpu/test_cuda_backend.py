@@ -263,6 +263,26 @@ def test_tile_order(case, on, monkeypatch, capfd):
     assert want in err, f"launch log: {err.strip()}\n  reproduce: {case.line()}"
 
 
+# Input-patch copies of 8 or 4 bytes (cf_ig_params::pk_vec) where W is not a multiple of 4 (no TMA map either):
+# odd and even widths, conv2d and transposed (split mode, phase groups), training batch norm. The patch path must
+# run (the launch log says which).
+ODD_WIDTH_CASES = [
+    Case(False, 2, 8, 20, 21, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),  # W 21: 4-byte
+    Case(False, 3, 8, 17, 22, 64, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True, BN_EVAL),  # W 22: 8-byte, padded
+    Case(True, 2, 16, 9, 13, 128, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN),  # split mode, W 13
+    Case(True, 2, 12, 7, 10, 40, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN),  # phase groups, W 10
+    Case(False, 1, 20, 9, 11, 24, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), False, [("affine_channel",)]),  # 3 stages
+]
+
+
+@pytest.mark.parametrize("case", ODD_WIDTH_CASES, ids=lambda c: c.line())
+def test_patch_odd_width(case, monkeypatch, capfd):
+    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
+    gpu_case(case, torch.Generator().manual_seed(case.w), math="strict")
+    launches = [ln for ln in capfd.readouterr().err.splitlines() if "launch: igemm" in ln]
+    assert launches and all("+patch(cp.async)" in ln for ln in launches), "\n".join(launches) + "\n" + case.line()
+
+
 class KB73(nn.Module):
     """KernelBench level 2 #73, as defined there."""
 
