@@ -89,13 +89,16 @@ for step in "$@"; do
                     | grep -E "^time|launch:|FAIL|rror" | sort -u | sed -E 's/ \(median.*//; s/convfuse: launch: //' || rc=1
             done
         done 2>&1 | tee "$OUT/knobs.txt" ;;
-    oddw)  # widths that are not a multiple of 4: the patch by 8- or 4-byte copies against the per-thread gather
+    oddw)  # widths that are not a multiple of 4: the patch by 8- or 4-byte copies against the per-thread gather;
+           # at the default shapes, 16-byte against 4-byte copies (the TMA off)
         for a in "kb2-73 --mode eval --shape 128,8,130,130" "kb2-73 --mode eval --shape 128,8,129,129" \
                  "kb2-73 --mode train --shape 128,8,129,129" "kb2-91 --shape 128,64,65,65" "kb2-91 --shape 128,64,66,66" \
                  "kb2-73 --mode eval" "kb2-91"; do
-            for k in DEFAULT=1 CONVFUSE_IG_PATCH=0 CONVFUSE_IG_TMA=0 "CONVFUSE_IG_TMA=0 CONVFUSE_IG_PATCH_VEC=1"; do
+            case "$a" in *shape*) knobs="DEFAULT=1 CONVFUSE_IG_PATCH=0" ;; *) knobs="CONVFUSE_IG_TMA=0 CONVFUSE_IG_PATCH_VEC=1" ;; esac
+            for k in $knobs; do
+                [ "$k" = CONVFUSE_IG_PATCH_VEC=1 ] && k="CONVFUSE_IG_TMA=0 CONVFUSE_IG_PATCH_VEC=1"
                 echo "--- $k: convfuse run $a"
-                env $k CONVFUSE_VERBOSE=launch timeout 200 .devbuild/convfuse run $a --iters ${AB_ITERS:-20} 2>&1 \
+                env $k CONVFUSE_VERBOSE=launch timeout 60 .devbuild/convfuse run $a --iters ${AB_ITERS:-20} 2>&1 \
                     | grep -E "^time|launch:|FAIL|rror" | sort -u | sed -E 's/ \(median.*//; s/convfuse: launch: //' || rc=1
             done
         done 2>&1 | tee "$OUT/oddw.txt" ;;

@@ -168,9 +168,10 @@ static bool ig_patch_geometry(cf_ig_params *p)
     /* CONVFUSE_IG_PATCH_SLOTS=2 gives 8-channel stages a second ring slot too (next stage in flight during this one) */
     p->pk_stages = p->pk_cps == 4 ? 2 : env_int("CONVFUSE_IG_PATCH_SLOTS", 1, 1, 2);
     /* a warp's A reads (8 pixels x channel rows 2t, or t) hit 32 distinct banks when the rows of its 4 lanes t
-     * are 8 banks apart: ld = 4 or 12 mod 16 with 8 channels per stage, 8 mod 16 with 4 */
+     * are 8 banks apart: ld = 4 or 12 mod 16 with 8 channels per stage, 8 mod 16 with 4. The gap grows in steps of
+     * the copy width, which keeps every row's copies aligned (and reaches those ld from any W: pk_vec divides W) */
     while (p->pk_cps == 8 ? (p->w + gap) % 8 != 4 : (p->w + gap) % 16 != 8)
-        gap += 4;
+        gap += p->pk_vec;
     p->pk_gap = gap;
     p->pk_ld = p->w + gap;
     p->pk_drr = 128 / (p->w / p->pk_vec);
