@@ -242,6 +242,15 @@ def test_bn_stats_after_sigmoid():
     gpu_case(case, torch.Generator().manual_seed(930 + n))
 
 
+@pytest.mark.parametrize("w", [8, 7])
+def test_bn_stats_few_values(w):
+    """Training batch norm over few values per channel (3x7x6 = 126 at W = 8) through the input patch: the
+    statistics must not take the 2xTF32 products, whose error only averages out over many values (they put this
+    case 3.6e-4 off float64)."""
+    case = Case(False, 3, 5, 9, w, 16, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN)
+    gpu_case(case, torch.Generator().manual_seed(w))
+
+
 # Tile order (cf_ig_params::tile_interleave): clusters take every grid-th tile by default, contiguous ranges with
 # CONVFUSE_IG_INTERLEAVE=0. Several tiles per CTA, groups (phases) of different sizes, the cluster pair, the patch
 # prefetch across a stride of tiles.
@@ -264,23 +273,29 @@ def test_tile_order(case, on, monkeypatch, capfd):
 
 
 # Input-patch copies of 8 or 4 bytes (cf_ig_params::pk_vec) where W is not a multiple of 4 (no TMA map either):
-# odd and even widths, conv2d and transposed (split mode, phase groups), training batch norm. The patch path must
-# run (the launch log says which).
+# odd and even widths, conv2d and transposed (split mode, phase groups), training batch norm, several stages. By
+# default 4-byte copies serve split mode only (elsewhere the gather measured faster); CONVFUSE_IG_PATCH_VEC=1 takes
+# them everywhere. (case, the patch by default)
 ODD_WIDTH_CASES = [
-    Case(False, 2, 8, 20, 21, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),  # W 21: 4-byte
-    Case(False, 3, 8, 17, 22, 64, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True, BN_EVAL),  # W 22: 8-byte, padded
-    Case(True, 2, 16, 9, 13, 128, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN),  # split mode, W 13
-    Case(True, 2, 12, 7, 10, 40, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN),  # phase groups, W 10
-    Case(False, 1, 20, 9, 11, 24, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), False, [("affine_channel",)]),  # 3 stages
+    (Case(False, 2, 8, 20, 21, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN), False),  # W 21
+    (Case(False, 3, 8, 17, 22, 64, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True, BN_EVAL), True),  # W 22, padded
+    (Case(True, 2, 16, 9, 13, 128, (4, 4), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN), True),  # split, W 13
+    (Case(True, 2, 12, 7, 10, 40, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), True, KB91_CHAIN), True),  # phases, W 10
+    (Case(False, 1, 20, 9, 11, 24, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), False, [("affine_channel",)]), False),
 ]
 
 
-@pytest.mark.parametrize("case", ODD_WIDTH_CASES, ids=lambda c: c.line())
-def test_patch_odd_width(case, monkeypatch, capfd):
+@pytest.mark.parametrize("vec1", [False, True], ids=["default", "vec1"])
+@pytest.mark.parametrize("case,patch", ODD_WIDTH_CASES, ids=lambda c: c.line() if isinstance(c, Case) else str(c))
+def test_patch_odd_width(case, patch, vec1, monkeypatch, capfd):
     monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
+    if vec1:
+        monkeypatch.setenv("CONVFUSE_IG_PATCH_VEC", "1")
     gpu_case(case, torch.Generator().manual_seed(case.w), math="strict")
     launches = [ln for ln in capfd.readouterr().err.splitlines() if "launch: igemm" in ln]
-    assert launches and all("+patch(cp.async)" in ln for ln in launches), "\n".join(launches) + "\n" + case.line()
+    want = patch or vec1
+    assert launches and all(("+patch(cp.async)" in ln) == want for ln in launches), \
+        "\n".join(launches) + "\n" + case.line()
 
 
 class KB73(nn.Module):
