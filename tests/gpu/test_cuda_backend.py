@@ -291,7 +291,9 @@ def test_patch_odd_width(case, patch, vec1, monkeypatch, capfd):
     monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
     if vec1:
         monkeypatch.setenv("CONVFUSE_IG_PATCH_VEC", "1")
-    gpu_case(case, torch.Generator().manual_seed(case.w), math="strict")
+    # TF32 products where split mode is the point (it is TF32 only); strict elsewhere, so that the 1e-4 check is
+    # about the copies, not TF32 rounding
+    gpu_case(case, torch.Generator().manual_seed(case.w), math="default" if case.chain is KB91_CHAIN else "strict")
     launches = [ln for ln in capfd.readouterr().err.splitlines() if "launch: igemm" in ln]
     want = patch or vec1
     assert launches and all(("+patch(cp.async)" in ln) == want for ln in launches), \
