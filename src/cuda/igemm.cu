@@ -704,6 +704,18 @@ static struct {
 } ig_smem_set[128]; /* the attribute's value per (variant, device) */
 static int ig_nsmem_set;
 
+/* Drop what is cached for a variant on a device (a launch failed: e.g. cudaDeviceReset cleared its attribute) */
+static void ig_launch_forget(ig_kernel_fn fn, int dev)
+{
+    std::lock_guard<std::mutex> lock(ig_facts_mu);
+    for (int i = 0; i < ig_nfacts; ++i)
+        if (ig_facts[i].fn == fn && ig_facts[i].dev == dev)
+            ig_facts[i--] = ig_facts[--ig_nfacts];
+    for (int k = 0; k < ig_nsmem_set; ++k)
+        if (ig_smem_set[k].fn == fn && ig_smem_set[k].dev == dev)
+            ig_smem_set[k].smem = 0;
+}
+
 static cf_status_t ig_launch_clusters(ig_kernel_fn fn, int threads, size_t smem, int cluster, int sm_count, int nt,
                                       int *clusters_out)
 {
@@ -791,7 +803,17 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
         clusters = p->num_tiles;
     const int grid = clusters * p->cluster;
     cfg.gridDim = dim3((unsigned)grid);
-    CF_CUDA_TRY(cudaLaunchKernelEx(&cfg, fn, *p));
+    if (cudaLaunchKernelEx(&cfg, fn, *p) != cudaSuccess) {
+        /* once more, the shared-memory attribute set afresh (the same grid: the device did not change) */
+        (void)cudaGetLastError();
+        int dev = 0, again = 0;
+        CF_CUDA_TRY(cudaGetDevice(&dev));
+        ig_launch_forget(fn, dev);
+        const cf_status_t st2 = ig_launch_clusters(fn, threads, smem, p->cluster, sm_count, nt, &again);
+        if (st2 != CF_STATUS_SUCCESS)
+            return st2;
+        CF_CUDA_TRY(cudaLaunchKernelEx(&cfg, fn, *p));
+    }
     CF_CUDA_TRY(cudaGetLastError());
     if (grid_out)
         *grid_out = grid;
