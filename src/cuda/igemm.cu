@@ -118,6 +118,13 @@ static int ig_tap_offsets_host(int transposed, int q, int stride, int pad, int d
     return n;
 }
 
+/* Whether TMA boxes can carry the patch stages: contiguous rows (a_h = 1), 16-byte row strides in the tensor map
+ * (W a multiple of 4), at most 256 elements per box dimension */
+static bool ig_patch_tma_possible(const cf_ig_params *p)
+{
+    return (p->transposed || p->stride_h == 1) && p->w % 4 == 0 && p->pk_ld <= 256 && p->pk_rows <= 256;
+}
+
 /* Input-patch geometry (see ig_patch_feed): row stride, column gap and floats per stage buffer. False when the
  * shape does not suit it: strided columns (conv2d stride_w > 1), or a column halo wider than 64. */
 static bool ig_patch_geometry(cf_ig_params *p)
@@ -179,14 +186,13 @@ static bool ig_patch_geometry(cf_ig_params *p)
     /* stage buffers 128-byte aligned (TMA destinations); the gap after the last row stays zero */
     p->pk_stage = (int)(((int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld + 31) / 32 * 32);
     p->pk_rows = nr_max;
-    /* TMA boxes need contiguous rows (a_h = 1) and at most 256 elements per box dimension. By default TMA only
+    /* TMA (ig_patch_tma_possible). By default TMA only
      * where a tile's patch is one stage (C_in <= channels per stage): the next tile's stage then starts
      * during this tile's epilogue (KB2-73 eval 0.455 -> 0.358 ms). With several stages per tile, each one's
      * wait is exposed, and there the 16-byte cp.async copies measured faster (KB2-91: 1.84 against 1.97 ms, H100).
-     * CONVFUSE_IG_TMA=0|1 forces it. The tensor map needs 16-byte row strides: W a multiple of 4. */
+     * CONVFUSE_IG_TMA=0|1 forces it. */
     const int tma_env = env_int("CONVFUSE_IG_TMA", -1, -1, 1);
-    p->pk_tma = a_h == 1 && p->w % 4 == 0 && p->pk_ld <= 256 && nr_max <= 256 &&
-                (tma_env < 0 ? p->pk_kc == 1 : tma_env == 1);
+    p->pk_tma = ig_patch_tma_possible(p) && (tma_env < 0 ? p->pk_kc == 1 : tma_env == 1);
     p->pk_prefetch = env_int("CONVFUSE_IG_PREFETCH", 1, 0, 1);
     return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld < (1 << 20);
 }
@@ -415,7 +421,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
                 /* its patch: stages by TMA into two ring slots where they fit (H100, KB2-91: 1.44 ms with one slot by
                  * cp.async, 1.37 TMA, 1.35 two slots, 1.29 both). CONVFUSE_IG_TMA / _PATCH_SLOTS override. */
                 if (!getenv("CONVFUSE_IG_TMA"))
-                    p->pk_tma = p->w % 4 == 0 && p->pk_ld <= 256 && p->pk_rows <= 256;
+                    p->pk_tma = ig_patch_tma_possible(p);
                 if (!getenv("CONVFUSE_IG_PATCH_SLOTS"))
                     p->pk_stages = 2;
             }
@@ -687,8 +693,8 @@ __global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, int cpad,
 /* What a launch needs to know about its kernel variant at one dynamic shared-memory size on one device: how many
  * clusters (CTAs when cluster = 1) fit the device at once. Queried once per (variant, smem, cluster, device): the
  * occupancy queries and cudaFuncSetAttribute, on every call, were host time that a batch-1 call spends before its
- * kernel starts (bench/latency.py). Each variant's shared-memory attribute only ever grows, so every size cached
- * for it stays launchable. */
+ * kernel starts (bench/latency.py). The first fact of a variant on a device sets its shared-memory attribute to the
+ * most any launch may ask for (smem_optin_bytes), so every later size is launchable without setting it again. */
 struct ig_launch_fact {
     ig_kernel_fn fn;
     int dev, cluster, clusters;
@@ -697,12 +703,6 @@ struct ig_launch_fact {
 static std::mutex ig_facts_mu;
 static ig_launch_fact ig_facts[256];
 static int ig_nfacts;
-static struct {
-    ig_kernel_fn fn;
-    int dev;
-    size_t smem;
-} ig_smem_set[128]; /* the attribute's value per (variant, device) */
-static int ig_nsmem_set;
 
 /* Drop what is cached for a variant on a device (a launch failed: e.g. cudaDeviceReset cleared its attribute) */
 static void ig_launch_forget(ig_kernel_fn fn, int dev)
@@ -711,35 +711,30 @@ static void ig_launch_forget(ig_kernel_fn fn, int dev)
     for (int i = 0; i < ig_nfacts; ++i)
         if (ig_facts[i].fn == fn && ig_facts[i].dev == dev)
             ig_facts[i--] = ig_facts[--ig_nfacts];
-    for (int k = 0; k < ig_nsmem_set; ++k)
-        if (ig_smem_set[k].fn == fn && ig_smem_set[k].dev == dev)
-            ig_smem_set[k].smem = 0;
 }
 
-static cf_status_t ig_launch_clusters(ig_kernel_fn fn, int threads, size_t smem, int cluster, int sm_count, int nt,
+/* cfg: the launch's configuration (block, shared memory, cluster attribute); its grid is used for the query */
+static cf_status_t ig_launch_clusters(ig_kernel_fn fn, cudaLaunchConfig_t cfg, int cluster, int sm_count, int nt,
                                       int *clusters_out)
 {
+    const int threads = (int)cfg.blockDim.x;
+    const size_t smem = cfg.dynamicSmemBytes;
     int dev = 0;
     CF_CUDA_TRY(cudaGetDevice(&dev));
     std::lock_guard<std::mutex> lock(ig_facts_mu);
-    for (int i = 0; i < ig_nfacts; ++i)
-        if (ig_facts[i].fn == fn && ig_facts[i].dev == dev && ig_facts[i].smem == smem &&
-            ig_facts[i].cluster == cluster) {
+    bool attr_set = false; /* a fact of this variant on this device exists: its attribute is at the maximum */
+    for (int i = 0; i < ig_nfacts; ++i) {
+        if (ig_facts[i].fn != fn || ig_facts[i].dev != dev)
+            continue;
+        if (ig_facts[i].smem == smem && ig_facts[i].cluster == cluster) {
             *clusters_out = ig_facts[i].clusters;
             return CF_STATUS_SUCCESS;
         }
-    int k = 0;
-    while (k < ig_nsmem_set && !(ig_smem_set[k].fn == fn && ig_smem_set[k].dev == dev))
-        ++k;
-    if (k == ig_nsmem_set || ig_smem_set[k].smem < smem) {
-        CF_CUDA_TRY(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        if (k < (int)(sizeof ig_smem_set / sizeof ig_smem_set[0])) {
-            ig_smem_set[k].fn = fn;
-            ig_smem_set[k].dev = dev;
-            ig_smem_set[k].smem = smem;
-            ig_nsmem_set += k == ig_nsmem_set;
-        }
+        attr_set = true;
     }
+    if (!attr_set)
+        CF_CUDA_TRY(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem_optin_bytes()));
     /* persistent grid: as many clusters (CTAs) as can be resident at once */
     int per_sm = 0;
     CF_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn, threads, smem));
@@ -749,17 +744,7 @@ static cf_status_t ig_launch_clusters(ig_kernel_fn fn, int threads, size_t smem,
         per_sm = CF_IG_MAX_BLOCKS_PER_SM;
     int clusters = sm_count * per_sm / cluster;
     if (cluster > 1) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)cluster;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
         cfg.gridDim = dim3((unsigned)(clusters * cluster));
-        cfg.blockDim = dim3((unsigned)threads);
-        cfg.dynamicSmemBytes = smem;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
         int active = 0;
         CF_CUDA_TRY(cudaOccupancyMaxActiveClusters(&active, (void *)fn, &cfg));
         if (active < 1)
@@ -781,10 +766,6 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (!fn)
         return cf_error(CF_STATUS_INTERNAL_ERROR, "no kernel variant NT=%d products=%d", nt, passes);
     const size_t smem = cf_ig_smem_bytes(p, nt);
-    int clusters = 0;
-    const cf_status_t st = ig_launch_clusters(fn, threads, smem, p->cluster, sm_count, nt, &clusters);
-    if (st != CF_STATUS_SUCCESS)
-        return st;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -796,6 +777,10 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
+    int clusters = 0;
+    const cf_status_t st = ig_launch_clusters(fn, cfg, p->cluster, sm_count, nt, &clusters);
+    if (st != CF_STATUS_SUCCESS)
+        return st;
     /* at most one cluster per tile */
     if (max_grid > 0 && clusters * p->cluster > max_grid)
         clusters = max_grid / p->cluster;
@@ -809,7 +794,7 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
         int dev = 0, again = 0;
         CF_CUDA_TRY(cudaGetDevice(&dev));
         ig_launch_forget(fn, dev);
-        const cf_status_t st2 = ig_launch_clusters(fn, threads, smem, p->cluster, sm_count, nt, &again);
+        const cf_status_t st2 = ig_launch_clusters(fn, cfg, p->cluster, sm_count, nt, &again);
         if (st2 != CF_STATUS_SUCCESS)
             return st2;
         CF_CUDA_TRY(cudaLaunchKernelEx(&cfg, fn, *p));
