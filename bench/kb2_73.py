@@ -83,9 +83,12 @@ def main():
                 t_compile = time_ms(lambda: compiled(x), a.iters)
             t = time_ms(lambda: fused_call(fused_model, x, training, "default"), a.iters)
             alt = {}
-            if training:  # both batch-norm training paths, same run (docs/kb2_73.md)
-                for path in ("recompute", "inplace"):
-                    os.environ["CONVFUSE_BN_PATH"] = path
+            if training:  # the batch-norm training paths, same run (docs/kb2_73.md): statistics from the input
+                # Gram (the default where it applies), the direct statistics pass, store-then-normalise in place
+                for path, var, val in (("recompute", "CONVFUSE_BN_PATH", "recompute"),
+                                       ("direct-stats", "CONVFUSE_BN_STATS", "direct"),
+                                       ("inplace", "CONVFUSE_BN_PATH", "inplace")):
+                    os.environ[var] = val
                     m2 = copy.deepcopy(base).train(True)
                     y2 = fused_call(m2, x, True, "default")
                     torch.cuda.synchronize()
@@ -93,7 +96,7 @@ def main():
                     del y2
                     alt[path] = {"ms": round(time_ms(lambda: fused_call(m2, x, True, "default"), a.iters)["median"], 4),
                                  "max_abs_err": e2[0]}
-                    del os.environ["CONVFUSE_BN_PATH"]
+                    del os.environ[var]
             info = convfuse.plan_info(x, model.conv.weight, model.conv.bias, [("batch_norm", {
                 "training": training, "eps": model.bn.eps, "momentum": model.bn.momentum,
                 "weight": model.bn.weight, "bias": model.bn.bias, "running_mean": model.bn.running_mean,

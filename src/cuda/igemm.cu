@@ -1,5 +1,6 @@
 /* Host side of the fused implicit GEMM: plan -> kernel parameters, variant choice, launches, and the
  * batch-norm statistics finalize kernel. Dispatch entries live in backend.cu. */
+#include "bn_gram_host.h"
 #include "igemm_kernel.cuh"
 #include "igemm_host.h"
 
@@ -620,16 +621,19 @@ size_t cf_ig_workspace_bytes(const struct cf_plan *plan)
         return 0;
     const size_t cpad = (size_t)p.nt_total * 8;
     const size_t blocks = (size_t)plan->device_sm_count * CF_IG_MAX_BLOCKS_PER_SM;
-    return (blocks * cpad * 3 + 2 * cpad) * sizeof(float);
+    const size_t gram = cf_ig_bn_inplace(plan) ? 0 : cf_gram_workspace_bytes(plan, cf_ig_bn_train_index(plan));
+    return (blocks * cpad * 3 + 2 * cpad) * sizeof(float) + (gram ? 16 + gram : 0);
 }
 
 /* Merge per-CTA (count, mean, M2) in fixed order, in double (deterministic); fold gamma/beta into
  * scale/shift; update the running statistics as torch.nn.BatchNorm2d does. One block. */
-__global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, int cpad, int cout, double eps, double momentum,
-                                      const float *gamma, const float *beta, float *rm, float *rv, int64_t *nbt,
-                                      float *scale, float *shift)
+__global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, const int *single, int cpad, int cout,
+                                      double eps, double momentum, const float *gamma, const float *beta, float *rm,
+                                      float *rv, int64_t *nbt, float *scale, float *shift)
 {
     __shared__ double factor;
+    if (single && *single) /* the Gram statistics stand: one block of (count, mean, M2) */
+        nblocks = 1;
     if (threadIdx.x == 0) {
         double f = momentum;
         if (nbt) {
@@ -897,6 +901,17 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
         ig_stages(plan, args, 0, bn, NULL, NULL, &ps);
         ps.stats_mode = inplace ? 2 : 1;
         ps.stats = ws_stats;
+        /* Statistics from the input Gram where they apply (bn_gram.cuh); the direct pass below then returns at
+         * once unless the device-side guard refused them. */
+        int *gram_ok = NULL;
+        if (!inplace) {
+            const size_t head = ((size_t)max_blocks * cpad * 3 + 2 * cpad) * sizeof(float);
+            void *gram_ws = (char *)workspace + ((head + 15) & ~(size_t)15);
+            const cf_status_t gs = cf_gram_launch(plan, args, bn, ps.op, gram_ws, ws_stats, cpad, stream, &gram_ok);
+            if (gs != CF_STATUS_SUCCESS)
+                return gs;
+        }
+        ps.skip_if = gram_ok;
         int grid = 0;
         cf_status_t st = ig_launch(&ps, nt, inplace ? passes : cf_ig_stats_products(plan, &ps, passes),
                                    plan->device_sm_count, max_blocks, stream, &grid);
@@ -904,7 +919,7 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
             return st;
         const cf_op_t *o = &plan->chain.ops[bn];
         const cf_op_args_t *oa = &args->ops[bn];
-        cf_bn_finalize_kernel<<<1, 1024, 0, stream>>>(ws_stats, grid, cpad, p.cout, o->eps, o->momentum, oa->channel_a,
+        cf_bn_finalize_kernel<<<1, 1024, 0, stream>>>(ws_stats, grid, gram_ok, cpad, p.cout, o->eps, o->momentum, oa->channel_a,
                                                      oa->channel_b, oa->running_mean, oa->running_var,
                                                      oa->num_batches_tracked, ws_scale, ws_shift);
         CF_CUDA_TRY(cudaGetLastError());

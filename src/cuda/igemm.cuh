@@ -106,6 +106,8 @@ struct cf_ig_params {
     struct cf_ig_op op[CF_CHAIN_MAX_OPS];
     int stats_mode;         /* 1: no store; per-CTA per-channel (count, mean, M2) into stats */
     float *stats;           /* [gridDim.x][cout_pad][3]: count, mean, M2 */
+    const int *skip_if;     /* statistics pass: nothing to do where this device flag is set (the Gram statistics
+                               stand, bn_gram.cuh) */
     int a_floats;           /* shared floats of the A region: the per-thread ring, or the input patches */
     int pace;               /* cluster mode: tiles between the pair's pacing barriers */
     /* Input patch (wgmma only, see ig_patch_feed): each warpgroup copies the input rows its 64 pixels read,

@@ -1406,6 +1406,8 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
     static_assert(!SPLIT || (WG && PATCH != 0 && PASSES == 1 && !STATS), "split mode: TF32 wgmma with the patch");
     /* mma.sync: 8 warps x 32 pixels (two m16 tiles each); wgmma: CF_IG_WGS warpgroups x 64 pixels (16 per warp) */
     constexpr int MT = WG ? 1 : 2;
+    if (STATS && p.skip_if && *p.skip_if)
+        return; /* the statistics came from the input Gram (the whole grid, so every cluster, returns here) */
     extern __shared__ float4 smem_raw[];
     /* taps: [0] rows, [1] columns (split mode: of column phase 0), [2] split mode: columns of column phase 1 */
     constexpr int NTD = SPLIT ? 3 : 2;

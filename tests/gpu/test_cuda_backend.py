@@ -251,6 +251,66 @@ def test_bn_stats_few_values(w):
     gpu_case(case, torch.Generator().manual_seed(w))
 
 
+# Training batch-norm statistics from the input Gram (src/cuda/bn_gram.cuh): conv2d 3x3, stride 1, no padding,
+# C_in <= 8, C_out >= 4 C_in. Widths that are and are not multiples of 4, rows wider than the 32-row bands fit (W 260:
+# 16-row bands), odd C_in (a zero channel pads the lane pairs), C_in = 1, N = 1, the smallest output (3x3), affine ops
+# before the batch norm, no conv bias. CONVFUSE_VERBOSE=gram reports the device's decision; these must stand.
+GRAM_AFFINE_FIRST = [("add_channel",), ("mul_scalar", -1.5), ("affine_channel",),
+                     ("batch_norm", True, 0.1, 1e-5, True), ("mul_scalar", 2.0)]
+GRAM_CASES = [
+    Case(False, 4, 8, 32, 32, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),
+    Case(False, 3, 3, 17, 29, 19, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),
+    Case(False, 1, 1, 5, 5, 8, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), False, BN_TRAIN),
+    Case(False, 2, 7, 9, 130, 40, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, GRAM_AFFINE_FIRST),
+    Case(False, 5, 8, 66, 67, 33, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),
+    Case(False, 2, 6, 70, 260, 32, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),
+    Case(False, 16, 8, 128, 128, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True,
+         [("batch_norm", True, None, 1e-5, False), ("mul_scalar", 2.0)]),
+]
+
+
+@pytest.mark.parametrize("math", ["default", "strict"])
+@pytest.mark.parametrize("case", GRAM_CASES, ids=lambda c: c.line())
+def test_bn_gram_stats(case, math, monkeypatch, capfd):
+    monkeypatch.setenv("CONVFUSE_VERBOSE", "gram")
+    gpu_case(case, torch.Generator().manual_seed(case.w + case.c_in), math)
+    err = capfd.readouterr().err
+    assert "gram: statistics stand" in err, f"gram log: {err.strip()}\n  reproduce: {case.line()}"
+
+
+def test_bn_gram_guard_falls_back_to_the_direct_pass(monkeypatch, capfd):
+    """A smooth input under weights that difference neighbours: var = w^T Cov w cancels far past what the Gram sums
+    hold, so the device-side guard refuses them and the direct pass runs; the output is then bit for bit the output
+    of the direct path (CONVFUSE_BN_STATS=direct), running statistics included."""
+    torch.manual_seed(5)
+    n, c_in, h, w, c_out = 4, 2, 40, 44, 16
+    u = torch.arange(h, device=DEV, dtype=torch.float32).view(1, 1, h, 1)
+    v = torch.arange(w, device=DEV, dtype=torch.float32).view(1, 1, 1, w)
+    x = (torch.sin(0.05 * u + torch.rand(n, c_in, 1, 1, device=DEV)) + torch.cos(0.04 * v) +
+         1e-4 * torch.randn(n, c_in, h, w, device=DEV)).contiguous()
+    lap = torch.tensor([[0., 1., 0.], [1., -4., 1.], [0., 1., 0.]], device=DEV)
+    weight = (lap.expand(c_out, c_in, 3, 3) * torch.randn(c_out, c_in, 1, 1, device=DEV)).contiguous()
+    bias = torch.randn(c_out, device=DEV)
+    outs = []
+    for mode in ("gram", "direct"):
+        monkeypatch.setenv("CONVFUSE_VERBOSE", "gram")
+        monkeypatch.setenv("CONVFUSE_BN_STATS", "auto" if mode == "gram" else "direct")
+        rm, rv = torch.zeros(c_out, device=DEV), torch.ones(c_out, device=DEV)
+        nbt = torch.zeros((), dtype=torch.long, device=DEV)
+        out = torch.full((n, c_out, h - 2, w - 2), float("nan"), device=DEV)
+        convfuse.conv_bn_scale(x, weight, bias, None, None, rm, rv, nbt, training=True, momentum=0.1, eps=1e-5,
+                               scale=2.0, out=out)
+        torch.cuda.synchronize()
+        outs.append((out, rm, rv))
+        err = capfd.readouterr().err
+        if mode == "gram":
+            assert "gram: statistics refused by the guard" in err, err
+        else:
+            assert "gram:" not in err, err
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
 # Tile order (cf_ig_params::tile_interleave): clusters take every grid-th tile by default, contiguous ranges with
 # CONVFUSE_IG_INTERLEAVE=0. Several tiles per CTA, groups (phases) of different sizes, the cluster pair, the patch
 # prefetch across a stride of tiles.

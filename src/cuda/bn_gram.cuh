@@ -1,0 +1,62 @@
+/* Training batch-norm statistics from the input's moments (docs/kb2_73.md, "statistics from the input Gram").
+ *
+ * For a stride-1 convolution y_c = w_c . p + bias_c, with p the 72-long patch (C_in x kh x kw) of an output
+ * pixel, the batch statistics of channel c over the N*OH*OW pixels are
+ *     mean_c = w_c . E[p] + bias_c,        var_c = w_c^T Cov(p) w_c,
+ * so they need the patches' first and second moments, not the conv. The second moments are shifted windows of
+ * one autocorrelation: G[(ci,d),(cj,e)] = sum over the window R(d) of x'_ci(q) x'_cj(q + e - d), with x' = x - s
+ * (s_ci the first input value of channel ci: the shift keeps E[x'] small against the spread). The product
+ * x'_ci(q) x'_cj(q + o) is summed once per offset o (13 of them for 3x3) and position class of q, not once per
+ * pair of taps (81): C_in^2 * 13 FFMA per pixel against the conv's C_out * 72 MACs, and exact fp32 products.
+ *
+ * Position classes: each row is one of the kh-1 top rows, the core rows [kh-1, OH) or the kh-1 bottom rows, and
+ * each column likewise; the core x core class holds nearly all the work (the "main" CTAs, sliding register
+ * windows over shared-memory rows); the frame classes around it are summed by "frame" CTAs. R(d) is a union of
+ * classes, so G is assembled from per-class sums without subtraction.
+ *
+ * Kernels: cf_gram_kernel (main and frame CTAs, per-CTA partial sums in double), cf_gram_sum_kernel (fixed-order
+ * sums per class), cf_gram_stats_kernel (one block: G, the per-channel mean and variance, the guard). The result
+ * is one (count, mean, M2) block in the statistics buffer that cf_bn_finalize_kernel reads.
+ *
+ * Guard: var_c = w^T Cov w cancels when the patch values are strongly correlated (smooth images, weights that
+ * difference neighbours). Its rounding error is at most about eps_acc * (sum_k |w_k| sqrt(E[x'_k^2]))^2; where
+ * that exceeds var_c / CF_GRAM_KAPPA for any channel, the flag stays 0 and the direct statistics pass (the conv
+ * on tensor cores, 2xTF32) runs instead: the decision is taken on the device, so no host synchronisation. */
+#ifndef CONVFUSE_CUDA_BN_GRAM_CUH
+#define CONVFUSE_CUDA_BN_GRAM_CUH
+
+#include "igemm.cuh"
+
+#define CF_GRAM_KH 3
+#define CF_GRAM_KW 3
+/* offsets o = (oy, ox) with oy in [0, kh), ox in [-(kw-1), kw-1], and ox >= 0 where oy = 0 (the rest by symmetry) */
+#define CF_GRAM_EO (CF_GRAM_KW + (CF_GRAM_KH - 1) * (2 * CF_GRAM_KW - 1))
+#define CF_GRAM_NCLS ((2 * CF_GRAM_KH - 1) * (2 * CF_GRAM_KW - 1))
+#define CF_GRAM_CORE ((CF_GRAM_KH - 1) * (2 * CF_GRAM_KW - 1) + (CF_GRAM_KW - 1)) /* the core x core class */
+#define CF_GRAM_MAX_CIN 8
+#define CF_GRAM_THREADS 256
+#define CF_GRAM_KAPPA 256.0 /* the guard's bound on the cancellation ratio (docs/kb2_73.md) */
+
+struct cf_gram_params {
+    const float *src, *wei, *bia;
+    int n, cin, h, w, cout, oh, ow;
+    int cinp;  /* C_in rounded up to even: a lane owns 2 x 2 channel pairs */
+    int ne;    /* entries per class: cinp^2 * EO second moments, then cinp first moments */
+    int lanes; /* (cinp/2)^2 lanes per row slot */
+    int slots; /* row slots per CTA, CF_GRAM_THREADS / lanes */
+    /* main CTAs: image n, bands [band0, band0 + bands_per_cta) of rb core rows each */
+    int rb, bands, bands_per_cta, ctas_per_image, main_ctas;
+    int c0, c1; /* 4-column chunks [c0, c1] cover the core columns [kw-1, OW) */
+    int ls, cs; /* shared row stride (floats; column v at 4 + v) and channel stride (= 4 mod 16: conflict-free) */
+    int frame_ctas;
+    int cls_first[CF_GRAM_NCLS], cls_count[CF_GRAM_NCLS]; /* CTAs of each class (the core class: the main CTAs) */
+    double *part;   /* [CTA][ne] */
+    double *sums;   /* [class][ne] */
+    float *stats;   /* (count, mean, M2) per channel: block 0 of the statistics buffer */
+    int cpad;       /* channel stride of the statistics buffer */
+    int *ok;        /* 1: the statistics stand; 0: the direct pass computes them */
+    int bn;         /* the batch norm's chain index: ops [0, bn) are per-channel affine, folded with the bias */
+    struct cf_ig_op op[CF_CHAIN_MAX_OPS];
+};
+
+#endif

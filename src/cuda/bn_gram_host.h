@@ -1,0 +1,23 @@
+/* Host entry points of the batch-norm statistics from the input Gram (bn_gram.cu), used by igemm.cu. */
+#ifndef CONVFUSE_CUDA_BN_GRAM_HOST_H
+#define CONVFUSE_CUDA_BN_GRAM_HOST_H
+
+#include "internal.h"
+
+#include <cuda_runtime.h>
+
+struct cf_ig_op;
+
+/* Whether the training batch norm at chain index bn can take its statistics from the input's moments; else why
+ * (why may be NULL). CONVFUSE_BN_STATS=direct turns the path off at execution, not here. */
+bool cf_gram_supported(const struct cf_plan *plan, int bn, char *why, size_t why_size);
+/* Workspace the path needs (0 where unsupported). */
+size_t cf_gram_workspace_bytes(const struct cf_plan *plan, int bn);
+/* Launch the Gram pass, its class sums and the statistics block: stats gets one (count, mean, M2) block and *ok_out
+ * points at the device flag that says whether it stands (the direct pass and the finalize read it). *ok_out is
+ * NULL where the path does not run (unsupported, or turned off): then the direct pass must. ops: the chain's ops
+ * [0, bn) as the device sees them. */
+cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, int bn, const struct cf_ig_op *ops,
+                           void *workspace, float *stats, int cpad, cudaStream_t stream, int **ok_out);
+
+#endif
