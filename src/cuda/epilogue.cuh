@@ -83,12 +83,12 @@ __device__ __forceinline__ float cf_relu(float x)
 
 /* tanh and gelu (x * (1 + erf(x / sqrt 2)) / 2) are called, not inlined: inlined over a 128-element
  * register tile they made the kernel 2.8 MB of SASS and instruction fetch dominated (docs/kb2_91.md). */
-__device__ __noinline__ float cf_tanh(float x)
+static __device__ __noinline__ float cf_tanh(float x)
 {
     return tanhf(x);
 }
 
-__device__ __noinline__ float cf_gelu(float x)
+static __device__ __noinline__ float cf_gelu(float x)
 {
     return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
 }
