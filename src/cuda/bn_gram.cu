@@ -274,32 +274,62 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 1) cf_gram_kernel(const __gri
     }
 }
 
-/* Per class and entry, the sum over the class's CTAs in a fixed order (deterministic). */
-__global__ void cf_gram_sum_kernel(const __grid_constant__ cf_gram_params p)
+/* Which tap windows R(d) hold position class k: bit dy*kw + dx */
+__host__ __device__ inline int gram_class_windows(int k)
 {
-    const int e = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
-    if (e >= p.ne)
-        return;
-    double s = 0;
-    for (int b = p.cls_first[k]; b < p.cls_first[k] + p.cls_count[k]; ++b)
-        s += p.part[(size_t)b * p.ne + e];
-    p.sums[(size_t)k * p.ne + e] = s;
+    const int rc = k / GNCC, cc = k % GNCC;
+    int mask = 0;
+    for (int dy = 0; dy < GKH; ++dy)
+        for (int dx = 0; dx < GKW; ++dx) {
+            const bool rin = rc < GKH - 1 ? rc >= dy : rc == GKH - 1 || rc - GKH < dy;
+            const bool cin = cc < GKW - 1 ? cc >= dx : cc == GKW - 1 || cc - GKW < dx;
+            if (rin && cin)
+                mask |= 1 << (dy * GKW + dx);
+        }
+    return mask;
 }
 
-/* Sum of an entry over the classes inside the window of tap offset (dy, dx) */
-__device__ double gram_window(const cf_gram_params &p, int entry, int dy, int dx)
+/* Per entry and tap window, the sum over every CTA whose class lies inside the window: a warp per entry, its lanes
+ * over the CTAs (independent loads), then a fixed butterfly (deterministic). */
+__global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant__ cf_gram_params p)
 {
-    double s = 0;
-    for (int rc = 0; rc < 2 * GKH - 1; ++rc) {
-        if (rc < GKH - 1 ? rc < dy : rc > GKH - 1 && rc - GKH >= dy)
-            continue;
-        for (int cc = 0; cc < GNCC; ++cc) {
-            if (cc < GKW - 1 ? cc < dx : cc > GKW - 1 && cc - GKW >= dx)
-                continue;
-            s += p.sums[(size_t)(rc * GNCC + cc) * p.ne + entry];
-        }
+    __shared__ int windows_of[CF_GRAM_NCLS]; /* per class */
+    if (threadIdx.x < CF_GRAM_NCLS)
+        windows_of[threadIdx.x] = gram_class_windows(threadIdx.x);
+    __syncthreads();
+    const int nblocks = p.frame_ctas + p.main_ctas;
+    const int lane = threadIdx.x & 31, e = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (e >= p.ne)
+        return;
+    double acc[GKH * GKW];
+#pragma unroll
+    for (int d = 0; d < GKH * GKW; ++d)
+        acc[d] = 0;
+#pragma unroll 4
+    for (int b = lane; b < nblocks; b += 32) {
+        const double v = p.part[(size_t)b * p.ne + e];
+        int k = CF_GRAM_CORE; /* the main CTAs come after the frame classes' */
+        if (b < p.frame_ctas)
+            for (k = 0; !(b >= p.cls_first[k] && b < p.cls_first[k] + p.cls_count[k] && k != CF_GRAM_CORE); ++k) {
+            }
+        const int mask = windows_of[k];
+#pragma unroll
+        for (int d = 0; d < GKH * GKW; ++d)
+            acc[d] += (mask >> d & 1) ? v : 0.0;
     }
-    return s;
+#pragma unroll
+    for (int d = 0; d < GKH * GKW; ++d) {
+        for (int o = 16; o > 0; o >>= 1)
+            acc[d] += __shfl_xor_sync(0xffffffffu, acc[d], o);
+        if (lane == d)
+            p.sums[(size_t)d * p.ne + e] = acc[d];
+    }
+}
+
+/* Sum of an entry over the window of tap offset (dy, dx) */
+__device__ __forceinline__ double gram_window(const cf_gram_params &p, int entry, int dy, int dx)
+{
+    return p.sums[(size_t)(dy * GKW + dx) * p.ne + entry];
 }
 
 /* One block: the patch covariance, then per channel mean, variance, the guard, and the (count, mean, M2) block. */
@@ -338,8 +368,13 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
+    __shared__ float wbuf[512 / 32][CF_GRAM_MAX_CIN * GKH * GKW]; /* each warp's channel of weights */
     for (int c = threadIdx.x >> 5; c < p.cout; c += nwarp) {
-        const float *wc = p.wei + (size_t)c * K;
+        float *wc = wbuf[threadIdx.x >> 5];
+        __syncwarp();
+        for (int k = lane; k < K; k += 32)
+            wc[k] = p.wei[(size_t)c * K + k];
+        __syncwarp();
         double q = 0, m = 0, bound = 0;
         for (int k = lane; k < K; k += 32) {
             const double wk = wc[k];
@@ -477,7 +512,7 @@ static size_t gram_smem_bytes(const cf_gram_params *p)
 bool cf_gram_supported(const struct cf_plan *plan, int bn, char *why, size_t why_size)
 {
     cf_gram_params p;
-    char tmp[8];
+    char tmp[256];
     if (!why) {
         why = tmp;
         why_size = sizeof tmp;
@@ -490,10 +525,10 @@ bool cf_gram_supported(const struct cf_plan *plan, int bn, char *why, size_t why
 size_t cf_gram_workspace_bytes(const struct cf_plan *plan, int bn)
 {
     cf_gram_params p;
-    char why[8];
+    char why[256];
     if (bn < 0 || !gram_geometry(plan, bn, &p, why, sizeof why))
         return 0;
-    return ((size_t)(p.frame_ctas + p.main_ctas) + CF_GRAM_NCLS) * p.ne * sizeof(double) + 2 * sizeof(int);
+    return ((size_t)(p.frame_ctas + p.main_ctas) + CF_GRAM_KH * CF_GRAM_KW) * p.ne * sizeof(double) + 2 * sizeof(int);
 }
 
 static std::mutex gram_mu;
@@ -529,7 +564,7 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
         p.op[i] = ops[i];
     p.part = (double *)workspace;
     p.sums = p.part + (size_t)(p.frame_ctas + p.main_ctas) * p.ne;
-    p.ok = (int *)(p.sums + (size_t)CF_GRAM_NCLS * p.ne);
+    p.ok = (int *)(p.sums + (size_t)CF_GRAM_KH * CF_GRAM_KW * p.ne);
     p.stats = stats;
     p.cpad = cpad;
     const size_t smem = gram_smem_bytes(&p);
@@ -545,7 +580,7 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
         cf::cf_gram_kernel<<<grid, CF_GRAM_THREADS, smem, stream>>>(p);
         CF_CUDA_TRY(cudaGetLastError());
     }
-    cf::cf_gram_sum_kernel<<<dim3((unsigned)((p.ne + 127) / 128), CF_GRAM_NCLS), 128, 0, stream>>>(p);
+    cf::cf_gram_sum_kernel<<<(unsigned)((p.ne + 7) / 8), 256, 0, stream>>>(p);
     CF_CUDA_TRY(cudaGetLastError());
     const int K = p.cin * CF_GRAM_KH * CF_GRAM_KW;
     cf::cf_gram_stats_kernel<<<1, 512, (size_t)(K * K + K) * sizeof(double), stream>>>(p);

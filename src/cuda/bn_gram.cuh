@@ -51,7 +51,7 @@ struct cf_gram_params {
     int frame_ctas;
     int cls_first[CF_GRAM_NCLS], cls_count[CF_GRAM_NCLS]; /* CTAs of each class (the core class: the main CTAs) */
     double *part;   /* [CTA][ne] */
-    double *sums;   /* [class][ne] */
+    double *sums;   /* [tap window][ne]: the entry summed over the classes inside the window */
     float *stats;   /* (count, mean, M2) per channel: block 0 of the statistics buffer */
     int cpad;       /* channel stride of the statistics buffer */
     int *ok;        /* 1: the statistics stand; 0: the direct pass computes them */
