@@ -53,23 +53,23 @@ __device__ void gram_shifts(const cf_gram_params &p, float *shift)
     __syncthreads();
 }
 
-/* A thread's sums: second moments of its 2 x 2 channel pairs over the EO offsets, first moments of its 2 rows'
- * channels. fp32 over at most a few rows of products; the CTA and class sums are in double. */
+/* A thread's sums: second moments of its channel pair (ci = 2*cig + i, cj) over the EO offsets, for i = 0, 1, and
+ * first moments of its two ci. fp32 over a few rows of products; the CTA and class sums are in double. */
 struct gram_acc {
-    float s[2][2][GEO];
+    float s[2][GEO];
     float f[2];
 };
 
-/* One 4-column chunk of a row: the windows hold the partner rows' quads at chunk c-1 (P), c (C) and c+1 (X). */
+/* One 4-column chunk of a row: win[oy] holds the partner row's quads at chunk c-1 (P), c (C) and c+1 (X, loaded
+ * here). 2 x 4 x 13 = 104 FFMA against 2 + 3 LDS.128, each one wavefront: a warp is one row slot, its a rows are 4
+ * addresses and its b rows 8 addresses in distinct banks (cf_gram_params::cs). */
 template <int P, int C, int X>
-__device__ __forceinline__ void gram_chunk(gram_acc &acc, float4 (&win)[2][GKH][3], const float *a0, const float *a1,
+__device__ __forceinline__ void gram_chunk(gram_acc &acc, float4 (&win)[GKH][3], const float *a0, const float *a1,
                                            const float *b, int cs, int ls, int c, bool edge, int ow)
 {
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int oy = 0; oy < GKH; ++oy)
-            win[j][oy][X] = *reinterpret_cast<const float4 *>(b + j * cs + oy * ls + 4 * (c + 1));
+    for (int oy = 0; oy < GKH; ++oy)
+        win[oy][X] = *reinterpret_cast<const float4 *>(b + oy * ls + 4 * (c + 1));
     float4 a[2] = {*reinterpret_cast<const float4 *>(a0 + 4 * c), *reinterpret_cast<const float4 *>(a1 + 4 * c)};
     if (edge) { /* only the core columns [kw-1, OW) belong to this class */
         const int v = 4 * c;
@@ -88,54 +88,70 @@ __device__ __forceinline__ void gram_chunk(gram_acc &acc, float4 (&win)[2][GKH][
             const float av = gram_q(a[i], e);
             acc.f[i] += av;
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
+            for (int oy = 0; oy < GKH; ++oy)
 #pragma unroll
-                for (int oy = 0; oy < GKH; ++oy)
-#pragma unroll
-                    for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox) {
-                        const int k = 4 + e + ox; /* position in the 12-float window P|C|X */
-                        const float bv = k < 4 ? gram_q(win[j][oy][P], k)
-                                               : k < 8 ? gram_q(win[j][oy][C], k - 4) : gram_q(win[j][oy][X], k - 8);
-                        acc.s[i][j][gram_oidx(oy, ox)] = fmaf(av, bv, acc.s[i][j][gram_oidx(oy, ox)]);
-                    }
+                for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox) {
+                    const int k = 4 + e + ox; /* position in the 12-float window P|C|X */
+                    const float bv = k < 4 ? gram_q(win[oy][P], k)
+                                           : k < 8 ? gram_q(win[oy][C], k - 4) : gram_q(win[oy][X], k - 8);
+                    acc.s[i][gram_oidx(oy, ox)] = fmaf(av, bv, acc.s[i][gram_oidx(oy, ox)]);
+                }
         }
 }
 
-/* Main CTA: core rows of one image, bands of rb rows staged (shifted) in shared memory, each row slot walking
- * its rows chunk by chunk with register windows rotated through three slots (no moves). */
-__device__ void gram_main(const cf_gram_params &p, float *sm, const float *shift, int m, int g, int cig, int cjg,
+__device__ __forceinline__ void gram_cp16(float *dst, const float *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+
+/* Main CTA: core rows of one image, bands of rb core rows (+ kh-1 partner rows) staged in shared memory, then
+ * shifted in place; each row slot (a warp) walks its rows chunk by chunk with register windows rotated through three
+ * slots (no moves). Two CTAs per SM: one stages while the other computes. */
+__device__ void gram_main(const cf_gram_params &p, float *sm, const float *shift, int m, int g, int cig, int cj,
                           gram_acc &acc)
 {
     const int n = m / p.ctas_per_image, grp = m % p.ctas_per_image;
     const size_t hw = (size_t)p.h * p.w;
     const float *img = p.src + (size_t)n * p.cin * hw;
     const bool vec = (p.w % 4 == 0) && ((uintptr_t)p.src % 16 == 0);
-    const int qpr = p.ls / 4;
+    const int qpr = p.ls / 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
     for (int bi = 0; bi < p.bands_per_cta; ++bi) {
         const int band = grp * p.bands_per_cta + bi;
         if (band >= p.bands)
             break;
         const int ub = GKH - 1 + band * p.rb, ue = min(ub + p.rb, p.oh), nrows = ue - ub + GKH - 1;
         __syncthreads(); /* the previous band's rows are read */
-        const int total = p.cinp * nrows * qpr;
-        for (int i = threadIdx.x; i < total; i += blockDim.x) {
-            const int q = i % qpr, r = (i / qpr) % nrows, c = i / (qpr * nrows);
-            const int v0 = 4 * q - 4;
-            float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (c < p.cin) {
-                const float *row = img + (size_t)c * hw + (size_t)(ub + r) * p.w;
-                const float s = shift[c];
-                if (vec && v0 >= 0 && v0 + 3 < p.w) {
-                    const float4 x = __ldg(reinterpret_cast<const float4 *>(row + v0));
-                    val = make_float4(x.x - s, x.y - s, x.z - s, x.w - s);
+        for (int row = warp; row < p.cinp * nrows; row += nwarp) {
+            const int c = row / nrows, r = row % nrows;
+            float *dst = sm + (size_t)c * p.cs + r * p.ls;
+            const float *src = img + (size_t)c * hw + (size_t)(ub + r) * p.w;
+            for (int q = lane; q < qpr; q += 32) {
+                const int v0 = 4 * q - 4;
+                if (c < p.cin && vec && v0 >= 0 && v0 + 3 < p.w) {
+                    gram_cp16(dst + 4 * q, src + v0);
                 } else {
-                    val.x = (v0 + 0 >= 0 && v0 + 0 < p.w) ? __ldg(row + v0 + 0) - s : 0.f;
-                    val.y = (v0 + 1 >= 0 && v0 + 1 < p.w) ? __ldg(row + v0 + 1) - s : 0.f;
-                    val.z = (v0 + 2 >= 0 && v0 + 2 < p.w) ? __ldg(row + v0 + 2) - s : 0.f;
-                    val.w = (v0 + 3 >= 0 && v0 + 3 < p.w) ? __ldg(row + v0 + 3) - s : 0.f;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        dst[4 * q + e] = (c < p.cin && v0 + e >= 0 && v0 + e < p.w) ? __ldg(src + v0 + e) : 0.f;
                 }
             }
-            *reinterpret_cast<float4 *>(sm + (size_t)c * p.cs + r * p.ls + 4 * q) = val;
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+        /* the shift, on the values this thread copied (its own copies are complete and visible to it) */
+        for (int row = warp; row < p.cin * nrows; row += nwarp) {
+            const int c = row / nrows, r = row % nrows;
+            float *dst = sm + (size_t)c * p.cs + r * p.ls;
+            const float s = shift[c];
+            for (int q = lane; q < qpr; q += 32) {
+                const int v0 = 4 * q - 4;
+                float4 x = *reinterpret_cast<float4 *>(dst + 4 * q);
+                x.x = (v0 + 0 >= 0 && v0 + 0 < p.w) ? x.x - s : 0.f;
+                x.y = (v0 + 1 >= 0 && v0 + 1 < p.w) ? x.y - s : 0.f;
+                x.z = (v0 + 2 >= 0 && v0 + 2 < p.w) ? x.z - s : 0.f;
+                x.w = (v0 + 3 >= 0 && v0 + 3 < p.w) ? x.w - s : 0.f;
+                *reinterpret_cast<float4 *>(dst + 4 * q) = x;
+            }
         }
         __syncthreads();
         if (g >= p.slots)
@@ -143,15 +159,13 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, const float *shift
         for (int u = ub + g; u < ue; u += p.slots) {
             const int r = u - ub;
             const float *a0 = sm + (size_t)(2 * cig) * p.cs + r * p.ls + 4, *a1 = a0 + p.cs;
-            const float *b = sm + (size_t)(2 * cjg) * p.cs + r * p.ls + 4;
-            float4 win[2][GKH][3];
+            const float *b = sm + (size_t)cj * p.cs + r * p.ls + 4;
+            float4 win[GKH][3];
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int oy = 0; oy < GKH; ++oy) {
-                    win[j][oy][0] = *reinterpret_cast<const float4 *>(b + j * p.cs + oy * p.ls + 4 * (p.c0 - 1));
-                    win[j][oy][1] = *reinterpret_cast<const float4 *>(b + j * p.cs + oy * p.ls + 4 * p.c0);
-                }
+            for (int oy = 0; oy < GKH; ++oy) {
+                win[oy][0] = *reinterpret_cast<const float4 *>(b + oy * p.ls + 4 * (p.c0 - 1));
+                win[oy][1] = *reinterpret_cast<const float4 *>(b + oy * p.ls + 4 * p.c0);
+            }
             for (int c = p.c0;;) {
                 gram_chunk<0, 1, 2>(acc, win, a0, a1, b, p.cs, p.ls, c, 4 * c < GKW - 1 || 4 * c + 3 >= p.ow, p.ow);
                 if (++c > p.c1)
@@ -184,7 +198,7 @@ __device__ __forceinline__ void gram_class_range(int rc, int k, int o, int *begi
 
 /* Frame CTA: the positions of one frame class in a slice of the batch, products straight from global memory
  * (the frame is ~6% of the pixels). */
-__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int g, int cig, int cjg, gram_acc &acc)
+__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int g, int cig, int cj, gram_acc &acc)
 {
     int k = 0;
     while (k < CF_GRAM_NCLS && !(f >= p.cls_first[k] && f < p.cls_first[k] + p.cls_count[k] && k != CF_GRAM_CORE))
@@ -194,12 +208,15 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
     int u0, u1, v0, v1;
     gram_class_range(k / GNCC, GKH, p.oh, &u0, &u1);
     gram_class_range(k % GNCC, GKW, p.ow, &v0, &v1);
-    const int nc = v1 - v0;
-    const long long per = (long long)(u1 - u0) * nc, total = per * p.n, slice = f - p.cls_first[k];
-    const long long t0 = total * slice / p.cls_count[k], t1 = total * (slice + 1) / p.cls_count[k];
+    const int nc = v1 - v0, per = (u1 - u0) * nc, total = per * p.n, slice = f - p.cls_first[k];
+    const int t0 = (int)((long long)total * slice / p.cls_count[k]);
+    const int t1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
     const size_t hw = (size_t)p.h * p.w;
-    for (long long t = t0 + g; t < t1; t += p.slots) {
-        const int n = (int)(t / per), rem = (int)(t % per), u = u0 + rem / nc, v = v0 + rem % nc;
+    const bool cj_in = cj < p.cin;
+    const float sj = cj_in ? shift[cj] : 0.f;
+#pragma unroll 2
+    for (int t = t0 + g; t < t1; t += p.slots) {
+        const int n = t / per, rem = t - n * per, ur = rem / nc, u = u0 + ur, v = v0 + rem - ur * nc;
         const float *img = p.src + (size_t)n * p.cin * hw;
         float a[2];
 #pragma unroll
@@ -208,48 +225,42 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
             a[i] = ci < p.cin ? __ldg(img + ci * hw + (size_t)u * p.w + v) - shift[ci] : 0.f;
             acc.f[i] += a[i];
         }
+        const float *bj = img + cj * hw;
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const int cj = 2 * cjg + j;
+        for (int oy = 0; oy < GKH; ++oy)
 #pragma unroll
-            for (int oy = 0; oy < GKH; ++oy)
+            for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox) {
+                const int uu = u + oy, vv = v + ox;
+                const float bv = (cj_in && uu < p.h && vv >= 0 && vv < p.w) ? __ldg(bj + (size_t)uu * p.w + vv) - sj
+                                                                           : 0.f;
 #pragma unroll
-                for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox) {
-                    const int uu = u + oy, vv = v + ox;
-                    const float bv = (cj < p.cin && uu < p.h && vv >= 0 && vv < p.w)
-                                         ? __ldg(img + cj * hw + (size_t)uu * p.w + vv) - shift[cj]
-                                         : 0.f;
-#pragma unroll
-                    for (int i = 0; i < 2; ++i)
-                        acc.s[i][j][gram_oidx(oy, ox)] = fmaf(a[i], bv, acc.s[i][j][gram_oidx(oy, ox)]);
-                }
-        }
+                for (int i = 0; i < 2; ++i)
+                    acc.s[i][gram_oidx(oy, ox)] = fmaf(a[i], bv, acc.s[i][gram_oidx(oy, ox)]);
+            }
     }
 }
 
-__global__ void __launch_bounds__(CF_GRAM_THREADS, 1) cf_gram_kernel(const __grid_constant__ cf_gram_params p)
+__global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __grid_constant__ cf_gram_params p)
 {
     extern __shared__ float4 gram_smem[];
     float *sm = reinterpret_cast<float *>(gram_smem);
     __shared__ float shift[CF_GRAM_MAX_CIN];
     gram_shifts(p, shift);
     const int cg = p.cinp / 2, lane = threadIdx.x % p.lanes, g = threadIdx.x / p.lanes;
-    const int cig = lane % cg, cjg = lane / cg;
+    const int cig = lane % cg, cj = lane / cg;
     gram_acc acc;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         acc.f[i] = 0.f;
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int o = 0; o < GEO; ++o)
-                acc.s[i][j][o] = 0.f;
+        for (int o = 0; o < GEO; ++o)
+            acc.s[i][o] = 0.f;
     }
     const int b = blockIdx.x;
     if (b < p.frame_ctas)
-        gram_frame(p, shift, b, g, cig, cjg, acc);
+        gram_frame(p, shift, b, g, cig, cj, acc);
     else
-        gram_main(p, sm, shift, b - p.frame_ctas, g, cig, cjg, acc);
+        gram_main(p, sm, shift, b - p.frame_ctas, g, cig, cj, acc);
     /* the CTA's sums: each slot's values in shared memory, then per entry over the slots in double */
     __syncthreads();
     if (g < p.slots) {
@@ -257,11 +268,9 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 1) cf_gram_kernel(const __gri
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int o = 0; o < GEO; ++o)
-                    red[((2 * cig + i) * p.cinp + 2 * cjg + j) * GEO + o] = acc.s[i][j][o];
-            if (cjg == 0)
+            for (int o = 0; o < GEO; ++o)
+                red[((2 * cig + i) * p.cinp + cj) * GEO + o] = acc.s[i][o];
+            if (cj == 0)
                 red[p.cinp * p.cinp * GEO + 2 * cig + i] = acc.f[i];
         }
     }
@@ -332,16 +341,20 @@ __device__ __forceinline__ double gram_window(const cf_gram_params &p, int entry
     return p.sums[(size_t)(dy * GKW + dx) * p.ne + entry];
 }
 
-/* One block: the patch covariance, then per channel mean, variance, the guard, and the (count, mean, M2) block. */
+/* One block: the patch covariance, then per channel mean, variance and the guard, written as one (count, mean, M2)
+ * block; where every channel passes, also the batch norm's scale/shift and running statistics (the finalize kernel
+ * then returns at once). Each warp takes 4 channels per pass over the covariance, its lanes over its columns
+ * (consecutive doubles: no bank conflicts). */
 __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constant__ cf_gram_params p)
 {
-    extern __shared__ double gram_cov[]; /* [K][K] covariance, then [K] first-moment sums */
+    extern __shared__ double gram_cov[]; /* [K][K] covariance, [K] first-moment sums, [warps][4][K] weights */
     __shared__ float shift[CF_GRAM_MAX_CIN];
     __shared__ int all_ok;
+    __shared__ float worst;
     const int taps = GKH * GKW, K = p.cin * taps;
     double *cov = gram_cov, *s1 = gram_cov + K * K;
+    float *wall = reinterpret_cast<float *>(s1 + K);
     const double count = (double)p.n * p.oh * p.ow;
-    __shared__ float worst;
     if (threadIdx.x == 0) {
         all_ok = 1;
         worst = 0.f;
@@ -367,40 +380,68 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
         cov[idx] = (g - s1[k] * s1[l] / count) / count;
     }
     __syncthreads();
-    const int lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
-    __shared__ float wbuf[512 / 32][CF_GRAM_MAX_CIN * GKH * GKW]; /* each warp's channel of weights */
-    for (int c = threadIdx.x >> 5; c < p.cout; c += nwarp) {
-        float *wc = wbuf[threadIdx.x >> 5];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
+    constexpr int CPW = 4, LPL = (CF_GRAM_MAX_CIN * GKH * GKW + 31) / 32; /* channels per warp, columns per lane */
+    float *wb = wall + (size_t)warp * CPW * K;
+    for (int c0 = warp * CPW; c0 < p.cout; c0 += nwarp * CPW) {
         __syncwarp();
-        for (int k = lane; k < K; k += 32)
-            wc[k] = p.wei[(size_t)c * K + k];
+        for (int i = lane; i < CPW * K; i += 32)
+            wb[i] = c0 + i / K < p.cout ? p.wei[(size_t)c0 * K + i] : 0.f;
         __syncwarp();
-        double q = 0, m = 0, bound = 0;
-        for (int k = lane; k < K; k += 32) {
-            const double wk = wc[k];
-            double t = 0;
-            for (int l = 0; l < K; ++l)
-                t += cov[k * K + l] * (double)wc[l];
-            q += wk * t;
-            const double mk = s1[k] / count; /* E[x'] of this tap */
-            m += wk * (mk + (double)shift[k / taps]);
-            bound += fabs(wk) * sqrt(cov[k * K + k] + mk * mk); /* sqrt(E[x'^2]) */
+        double u[CPW][LPL] = {};
+        for (int k = 0; k < K; ++k) {
+            double wk[CPW];
+#pragma unroll
+            for (int cc = 0; cc < CPW; ++cc)
+                wk[cc] = wb[cc * K + k];
+#pragma unroll
+            for (int li = 0; li < LPL; ++li) {
+                const int l = lane + 32 * li;
+                const double ckl = l < K ? cov[k * K + l] : 0.0;
+#pragma unroll
+                for (int cc = 0; cc < CPW; ++cc)
+                    u[cc][li] = fma(ckl, wk[cc], u[cc][li]);
+            }
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            q += __shfl_xor_sync(0xffffffffu, q, o);
-            m += __shfl_xor_sync(0xffffffffu, m, o);
-            bound += __shfl_xor_sync(0xffffffffu, bound, o);
+        double q[CPW], m[CPW], bound[CPW];
+#pragma unroll
+        for (int cc = 0; cc < CPW; ++cc) {
+            q[cc] = m[cc] = bound[cc] = 0;
+#pragma unroll
+            for (int li = 0; li < LPL; ++li) {
+                const int k = lane + 32 * li;
+                if (k >= K)
+                    continue;
+                const double wk = wb[cc * K + k], mk = s1[k] / count; /* E[x'] of this tap */
+                q[cc] += wk * u[cc][li];
+                m[cc] += wk * (mk + (double)shift[k / taps]);
+                bound[cc] += fabs(wk) * sqrt(cov[k * K + k] + mk * mk); /* sqrt(E[x'^2]) */
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                q[cc] += __shfl_xor_sync(0xffffffffu, q[cc], o);
+                m[cc] += __shfl_xor_sync(0xffffffffu, m[cc], o);
+                bound[cc] += __shfl_xor_sync(0xffffffffu, bound[cc], o);
+            }
         }
-        if (lane != 0)
+        if (lane >= CPW || c0 + lane >= p.cout)
             continue;
+        double qc = q[0], mc = m[0], bc = bound[0];
+#pragma unroll
+        for (int cc = 1; cc < CPW; ++cc)
+            if (lane == cc) {
+                qc = q[cc];
+                mc = m[cc];
+                bc = bound[cc];
+            }
+        const int c = c0 + lane;
         double a = 1.0, b = p.bia ? (double)p.bia[c] : 0.0; /* the bias and the affine ops before the batch norm */
         for (int o = 0; o < p.bn; ++o)
             cf_epi_fold_affine(p.op[o], c, &a, &b);
-        const double mean = a * m + b, var = a * a * q;
-        const bool ok = q > 0 && bound * bound <= CF_GRAM_KAPPA * q && isfinite(mean) && isfinite(var);
+        const double mean = a * mc + b, var = a * a * qc;
+        const bool ok = qc > 0 && bc * bc <= CF_GRAM_KAPPA * qc && isfinite(mean) && isfinite(var);
         if (!ok)
             all_ok = 0;
-        const float ratio = q > 0 ? (float)(bound * bound / q) : INFINITY; /* positive: ordered as int bits */
+        const float ratio = qc > 0 ? (float)(bc * bc / qc) : INFINITY; /* positive: ordered as int bits */
         atomicMax(reinterpret_cast<int *>(&worst), __float_as_int(ratio != ratio ? INFINITY : ratio));
         float *st = p.stats + (size_t)c * 3;
         st[0] = __int_as_float((int)count);
@@ -411,6 +452,16 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
     if (threadIdx.x == 0) {
         p.ok[0] = all_ok;
         p.ok[1] = __float_as_int(worst); /* for CONVFUSE_VERBOSE=gram */
+    }
+    if (!all_ok)
+        return; /* the direct pass and cf_bn_finalize_kernel take over */
+    __shared__ double factor;
+    if (threadIdx.x == 0)
+        factor = cf_bn_momentum_factor(p.nbt, p.momentum);
+    __syncthreads();
+    for (int c = threadIdx.x; c < p.cout; c += blockDim.x) {
+        const float *st = p.stats + (size_t)c * 3;
+        cf_bn_finish_channel(c, count, st[1], st[2], factor, p.eps, p.gamma, p.beta, p.rm, p.rv, p.scale, p.shift);
     }
 }
 
@@ -463,13 +514,14 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     p->bn = bn;
     p->cinp = p->cin + (p->cin & 1);
     p->ne = p->cinp * p->cinp * CF_GRAM_EO + p->cinp;
-    p->lanes = (p->cinp / 2) * (p->cinp / 2);
+    p->lanes = (p->cinp / 2) * p->cinp;
     p->slots = CF_GRAM_THREADS / p->lanes;
     p->c0 = (CF_GRAM_KW - 1) / 4;
     p->c1 = (p->ow - 1) / 4;
     p->ls = 4 + 4 * (p->c1 + 2);
-    const size_t limit = 200 * 1024;
-    for (p->rb = 32;; p->rb /= 2) {
+    /* two CTAs per SM (cf_gram_kernel's launch bounds): each stages a band while the other computes */
+    const size_t limit = 110 * 1024;
+    for (p->rb = 16;; p->rb /= 2) {
         p->cs = (p->rb + CF_GRAM_KH - 1) * p->ls;
         p->cs += (4 - p->cs % 16 + 16) % 16;
         if ((size_t)p->cinp * p->cs * 4 <= limit)
@@ -481,10 +533,13 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     }
     const int core_rows = p->oh - (CF_GRAM_KH - 1);
     p->bands = (core_rows + p->rb - 1) / p->rb;
-    p->bands_per_cta = p->bands >= 2 ? 2 : 1;
+    /* about one wave of main CTAs: bands per CTA so that N * CTAs per image ~ 2 per SM */
+    const long long want = 2LL * (plan->device_sm_count > 0 ? plan->device_sm_count : 132);
+    long long bpc = ((long long)p->n * p->bands + want - 1) / want;
+    p->bands_per_cta = (int)(bpc < 1 ? 1 : bpc > p->bands ? p->bands : bpc);
     p->ctas_per_image = (p->bands + p->bands_per_cta - 1) / p->bands_per_cta;
     p->main_ctas = p->n * p->ctas_per_image;
-    /* frame classes: about 1024 positions per CTA */
+    /* frame classes: about 512 positions per CTA */
     int next = 0;
     for (int k = 0; k < CF_GRAM_NCLS; ++k) {
         if (k == CF_GRAM_CORE)
@@ -494,7 +549,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
         const long long cols = cc == CF_GRAM_KW - 1 ? p->ow - (CF_GRAM_KW - 1) : 1;
         const long long total = rows * cols * p->n;
         p->cls_first[k] = next;
-        p->cls_count[k] = (int)((total + 1023) / 1024);
+        p->cls_count[k] = (int)((total + 511) / 512);
         next += p->cls_count[k];
     }
     p->frame_ctas = next;
@@ -542,13 +597,15 @@ static cf_status_t gram_set_attr(bool force)
     if (!force && gram_attr_dev == dev)
         return CF_STATUS_SUCCESS;
     CF_CUDA_TRY(cudaFuncSetAttribute((const void *)cf::cf_gram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     208 * 1024));
+                                     112 * 1024));
+    CF_CUDA_TRY(cudaFuncSetAttribute((const void *)cf::cf_gram_stats_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
     gram_attr_dev = dev;
     return CF_STATUS_SUCCESS;
 }
 
 cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, int bn, const struct cf_ig_op *ops,
-                           void *workspace, float *stats, int cpad, cudaStream_t stream, int **ok_out)
+                           const cf_gram_bn *bnargs, void *workspace, float *stats, cudaStream_t stream, int **ok_out)
 {
     *ok_out = NULL;
     if (!gram_env())
@@ -566,7 +623,15 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     p.sums = p.part + (size_t)(p.frame_ctas + p.main_ctas) * p.ne;
     p.ok = (int *)(p.sums + (size_t)CF_GRAM_KH * CF_GRAM_KW * p.ne);
     p.stats = stats;
-    p.cpad = cpad;
+    p.eps = bnargs->eps;
+    p.momentum = bnargs->momentum;
+    p.gamma = bnargs->gamma;
+    p.beta = bnargs->beta;
+    p.rm = bnargs->rm;
+    p.rv = bnargs->rv;
+    p.nbt = bnargs->nbt;
+    p.scale = bnargs->scale;
+    p.shift = bnargs->shift;
     const size_t smem = gram_smem_bytes(&p);
     cf_status_t st = gram_set_attr(false);
     if (st != CF_STATUS_SUCCESS)
@@ -583,7 +648,8 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     cf::cf_gram_sum_kernel<<<(unsigned)((p.ne + 7) / 8), 256, 0, stream>>>(p);
     CF_CUDA_TRY(cudaGetLastError());
     const int K = p.cin * CF_GRAM_KH * CF_GRAM_KW;
-    cf::cf_gram_stats_kernel<<<1, 512, (size_t)(K * K + K) * sizeof(double), stream>>>(p);
+    const size_t stats_smem = (size_t)(K * K + K) * sizeof(double) + (size_t)(512 / 32) * 4 * K * sizeof(float);
+    cf::cf_gram_stats_kernel<<<1, 512, stats_smem, stream>>>(p);
     CF_CUDA_TRY(cudaGetLastError());
     if (cf_verbose("launch"))
         fprintf(stderr,

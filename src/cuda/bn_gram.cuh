@@ -53,10 +53,46 @@ struct cf_gram_params {
     double *part;   /* [CTA][ne] */
     double *sums;   /* [tap window][ne]: the entry summed over the classes inside the window */
     float *stats;   /* (count, mean, M2) per channel: block 0 of the statistics buffer */
-    int cpad;       /* channel stride of the statistics buffer */
     int *ok;        /* 1: the statistics stand; 0: the direct pass computes them */
     int bn;         /* the batch norm's chain index: ops [0, bn) are per-channel affine, folded with the bias */
     struct cf_ig_op op[CF_CHAIN_MAX_OPS];
+    /* the batch norm itself, finished here when the statistics stand (as cf_bn_finalize_kernel would) */
+    double eps, momentum; /* momentum < 0: cumulative average */
+    const float *gamma, *beta;
+    float *rm, *rv;
+    int64_t *nbt;
+    float *scale, *shift;
 };
+
+/* num_batches_tracked += 1 (if tracked); the running-statistics factor: momentum, or 1/count for a cumulative
+ * average (momentum < 0), as torch.nn.BatchNorm2d */
+__device__ inline double cf_bn_momentum_factor(int64_t *nbt, double momentum)
+{
+    double f = momentum;
+    if (nbt) {
+        const int64_t v = *nbt + 1;
+        *nbt = v;
+        if (momentum < 0)
+            f = 1.0 / (double)v;
+    }
+    return f;
+}
+
+/* Channel c of a training batch norm from its batch statistics over n values (mean, m2 = sum of squared
+ * deviations): scale/shift of x*scale + shift, and the running statistics (unbiased variance). */
+__device__ inline void cf_bn_finish_channel(int c, double n, double mean, double m2, double factor, double eps,
+                                            const float *gamma, const float *beta, float *rm, float *rv, float *scale,
+                                            float *shift)
+{
+    const double var = m2 / n;
+    const double inv = 1.0 / sqrt(var + eps);
+    const double sc = (gamma ? (double)gamma[c] : 1.0) * inv;
+    scale[c] = (float)sc;
+    shift[c] = (float)((beta ? (double)beta[c] : 0.0) - mean * sc);
+    if (rm && rv) {
+        rm[c] = (float)((1.0 - factor) * rm[c] + factor * mean);
+        rv[c] = (float)((1.0 - factor) * rv[c] + factor * (n > 1 ? m2 / (n - 1) : NAN));
+    }
+}
 
 #endif

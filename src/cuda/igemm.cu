@@ -1,5 +1,6 @@
 /* Host side of the fused implicit GEMM: plan -> kernel parameters, variant choice, launches, and the
  * batch-norm statistics finalize kernel. Dispatch entries live in backend.cu. */
+#include "bn_gram.cuh"
 #include "bn_gram_host.h"
 #include "igemm_kernel.cuh"
 #include "igemm_host.h"
@@ -632,18 +633,10 @@ __global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, const int
                                       float *rv, int64_t *nbt, float *scale, float *shift)
 {
     __shared__ double factor;
-    if (single && *single) /* the Gram statistics stand: one block of (count, mean, M2) */
-        nblocks = 1;
-    if (threadIdx.x == 0) {
-        double f = momentum;
-        if (nbt) {
-            const int64_t v = *nbt + 1;
-            *nbt = v;
-            if (momentum < 0)
-                f = 1.0 / (double)v;
-        }
-        factor = f;
-    }
+    if (single && *single) /* the Gram statistics stood: cf_gram_stats_kernel finished the batch norm */
+        return;
+    if (threadIdx.x == 0)
+        factor = cf_bn_momentum_factor(nbt, momentum);
     __syncthreads();
     /* One warp per channel: each lane merges a strided subset of the CTA partials, then a fixed butterfly
      * merges the lanes (deterministic). One thread per channel walking all partials took ~90 us. */
@@ -679,18 +672,8 @@ __global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, const int
             }
             n = nn;
         }
-        if (lane != 0)
-            continue;
-        const double var = m2 / n;
-        const double inv = 1.0 / sqrt(var + eps);
-        const double sc = (gamma ? (double)gamma[c] : 1.0) * inv;
-        scale[c] = (float)sc;
-        shift[c] = (float)((beta ? (double)beta[c] : 0.0) - mean * sc);
-        if (rm && rv) {
-            const double f = factor;
-            rm[c] = (float)((1.0 - f) * rm[c] + f * mean);
-            rv[c] = (float)((1.0 - f) * rv[c] + f * (n > 1 ? m2 / (n - 1) : NAN));
-        }
+        if (lane == 0)
+            cf_bn_finish_channel(c, n, mean, m2, factor, eps, gamma, beta, rm, rv, scale, shift);
     }
 }
 
@@ -907,7 +890,11 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
         if (!inplace) {
             const size_t head = ((size_t)max_blocks * cpad * 3 + 2 * cpad) * sizeof(float);
             void *gram_ws = (char *)workspace + ((head + 15) & ~(size_t)15);
-            const cf_status_t gs = cf_gram_launch(plan, args, bn, ps.op, gram_ws, ws_stats, cpad, stream, &gram_ok);
+            const cf_op_t *o = &plan->chain.ops[bn];
+            const cf_op_args_t *oa = &args->ops[bn];
+            const cf_gram_bn gb = {o->eps, o->momentum, oa->channel_a, oa->channel_b, oa->running_mean,
+                                   oa->running_var, oa->num_batches_tracked, ws_scale, ws_shift};
+            const cf_status_t gs = cf_gram_launch(plan, args, bn, ps.op, &gb, gram_ws, ws_stats, stream, &gram_ok);
             if (gs != CF_STATUS_SUCCESS)
                 return gs;
         }
