@@ -115,42 +115,41 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, const float *shift
     const size_t hw = (size_t)p.h * p.w;
     const float *img = p.src + (size_t)n * p.cin * hw;
     const bool vec = (p.w % 4 == 0) && ((uintptr_t)p.src % 16 == 0);
-    const int qpr = p.ls / 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
+    const int nq = (p.w + 3) / 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
     for (int bi = 0; bi < p.bands_per_cta; ++bi) {
         const int band = grp * p.bands_per_cta + bi;
         if (band >= p.bands)
             break;
         const int ub = GKH - 1 + band * p.rb, ue = min(ub + p.rb, p.oh), nrows = ue - ub + GKH - 1;
         __syncthreads(); /* the previous band's rows are read */
-        for (int row = warp; row < p.cinp * nrows; row += nwarp) {
-            const int c = row / nrows, r = row % nrows;
-            float *dst = sm + (size_t)c * p.cs + r * p.ls;
-            const float *src = img + (size_t)c * hw + (size_t)(ub + r) * p.w;
-            for (int q = lane; q < qpr; q += 32) {
-                const int v0 = 4 * q - 4;
-                if (c < p.cin && vec && v0 >= 0 && v0 + 3 < p.w) {
-                    gram_cp16(dst + 4 * q, src + v0);
+        /* the rows' data quads (columns [0, 4 nq)); the guard quads around them stay zero (set at CTA start) */
+        for (int c = 0; c < p.cin; ++c)
+            for (int r = warp; r < nrows; r += nwarp) {
+                float *dst = sm + (size_t)c * p.cs + r * p.ls + 4;
+                const float *src = img + (size_t)c * hw + (size_t)(ub + r) * p.w;
+                if (vec) {
+                    for (int q = lane; q < nq; q += 32)
+                        gram_cp16(dst + 4 * q, src + 4 * q);
                 } else {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        dst[4 * q + e] = (c < p.cin && v0 + e >= 0 && v0 + e < p.w) ? __ldg(src + v0 + e) : 0.f;
+                    for (int v = lane; v < 4 * nq; v += 32)
+                        dst[v] = v < p.w ? __ldg(src + v) : 0.f;
                 }
             }
-        }
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
         /* the shift, on the values this thread copied (its own copies are complete and visible to it) */
-        for (int row = warp; row < p.cin * nrows; row += nwarp) {
-            const int c = row / nrows, r = row % nrows;
-            float *dst = sm + (size_t)c * p.cs + r * p.ls;
+        for (int c = 0; c < p.cin; ++c) {
             const float s = shift[c];
-            for (int q = lane; q < qpr; q += 32) {
-                const int v0 = 4 * q - 4;
-                float4 x = *reinterpret_cast<float4 *>(dst + 4 * q);
-                x.x = (v0 + 0 >= 0 && v0 + 0 < p.w) ? x.x - s : 0.f;
-                x.y = (v0 + 1 >= 0 && v0 + 1 < p.w) ? x.y - s : 0.f;
-                x.z = (v0 + 2 >= 0 && v0 + 2 < p.w) ? x.z - s : 0.f;
-                x.w = (v0 + 3 >= 0 && v0 + 3 < p.w) ? x.w - s : 0.f;
-                *reinterpret_cast<float4 *>(dst + 4 * q) = x;
+            for (int r = warp; r < nrows; r += nwarp) {
+                float *dst = sm + (size_t)c * p.cs + r * p.ls + 4;
+                for (int q = lane; q < nq; q += 32) {
+                    float4 x = *reinterpret_cast<float4 *>(dst + 4 * q);
+                    const int v = 4 * q;
+                    x.x -= s;
+                    x.y = v + 1 < p.w ? x.y - s : 0.f;
+                    x.z = v + 2 < p.w ? x.z - s : 0.f;
+                    x.w = v + 3 < p.w ? x.w - s : 0.f;
+                    *reinterpret_cast<float4 *>(dst + 4 * q) = x;
+                }
             }
         }
         __syncthreads();
@@ -196,28 +195,64 @@ __device__ __forceinline__ void gram_class_range(int rc, int k, int o, int *begi
     }
 }
 
-/* Frame CTA: the positions of one frame class in a slice of the batch, products straight from global memory
- * (the frame is ~6% of the pixels). */
-__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int g, int cig, int cj, gram_acc &acc)
+/* Frame CTA: the positions of one frame class in a slice of the batch, straight from global memory (the frame is
+ * ~6% of the pixels). Each warp walks a contiguous run of positions: along a row for the border rows' core columns,
+ * down a column for the core rows' edge columns, so one step loads only the partners that enter the window. */
+__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int cig, int cj, gram_acc &acc)
 {
     int k = 0;
     while (k < CF_GRAM_NCLS && !(f >= p.cls_first[k] && f < p.cls_first[k] + p.cls_count[k] && k != CF_GRAM_CORE))
         ++k;
-    if (k == CF_GRAM_NCLS || g >= p.slots)
+    const int warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
+    if (k == CF_GRAM_NCLS)
         return;
     int u0, u1, v0, v1;
     gram_class_range(k / GNCC, GKH, p.oh, &u0, &u1);
     gram_class_range(k % GNCC, GKW, p.ow, &v0, &v1);
+    const bool along_row = (k % GNCC) == GKW - 1; /* the core columns of a border row (else a column, or a corner) */
     const int nc = v1 - v0, per = (u1 - u0) * nc, total = per * p.n, slice = f - p.cls_first[k];
-    const int t0 = (int)((long long)total * slice / p.cls_count[k]);
-    const int t1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
+    const int c0 = (int)((long long)total * slice / p.cls_count[k]);
+    const int c1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
+    /* this warp's part of the slice (lanes beyond p.lanes, when a warp holds several row slots, take none) */
+    const int t0 = c0 + (int)((long long)(c1 - c0) * warp / nwarp), t1 = c0 + (int)((long long)(c1 - c0) * (warp + 1) / nwarp);
+    if (threadIdx.x % 32 >= p.lanes && p.lanes < 32)
+        return;
     const size_t hw = (size_t)p.h * p.w;
     const bool cj_in = cj < p.cin;
     const float sj = cj_in ? shift[cj] : 0.f;
-#pragma unroll 2
-    for (int t = t0 + g; t < t1; t += p.slots) {
+    float bw[GKH][2 * GKW - 1]; /* partners x'(cj, u + oy, v + ox - (kw-1)) */
+    int pn = -1, pu = -2, pv = -2;
+    for (int t = t0; t < t1; ++t) {
         const int n = t / per, rem = t - n * per, ur = rem / nc, u = u0 + ur, v = v0 + rem - ur * nc;
         const float *img = p.src + (size_t)n * p.cin * hw;
+        const float *bj = img + cj * hw;
+        auto load = [&](int uu, int vv) {
+            return (cj_in && uu < p.h && vv >= 0 && vv < p.w) ? __ldg(bj + (size_t)uu * p.w + vv) - sj : 0.f;
+        };
+        if (n == pn && along_row && u == pu && v == pv + 1) {
+#pragma unroll
+            for (int oy = 0; oy < GKH; ++oy) {
+#pragma unroll
+                for (int x = 0; x < 2 * GKW - 2; ++x)
+                    bw[oy][x] = bw[oy][x + 1];
+                bw[oy][2 * GKW - 2] = load(u + oy, v + GKW - 1);
+            }
+        } else if (n == pn && !along_row && v == pv && u == pu + 1) {
+#pragma unroll
+            for (int oy = 0; oy < GKH; ++oy)
+#pragma unroll
+                for (int x = 0; x < 2 * GKW - 1; ++x)
+                    bw[oy][x] = oy + 1 < GKH ? bw[oy + 1][x] : load(u + oy, v + x - (GKW - 1));
+        } else {
+#pragma unroll
+            for (int oy = 0; oy < GKH; ++oy)
+#pragma unroll
+                for (int x = 0; x < 2 * GKW - 1; ++x)
+                    bw[oy][x] = load(u + oy, v + x - (GKW - 1));
+        }
+        pn = n;
+        pu = u;
+        pv = v;
         float a[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -225,18 +260,13 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
             a[i] = ci < p.cin ? __ldg(img + ci * hw + (size_t)u * p.w + v) - shift[ci] : 0.f;
             acc.f[i] += a[i];
         }
-        const float *bj = img + cj * hw;
 #pragma unroll
         for (int oy = 0; oy < GKH; ++oy)
 #pragma unroll
-            for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox) {
-                const int uu = u + oy, vv = v + ox;
-                const float bv = (cj_in && uu < p.h && vv >= 0 && vv < p.w) ? __ldg(bj + (size_t)uu * p.w + vv) - sj
-                                                                           : 0.f;
+            for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox)
 #pragma unroll
                 for (int i = 0; i < 2; ++i)
-                    acc.s[i][gram_oidx(oy, ox)] = fmaf(a[i], bv, acc.s[i][gram_oidx(oy, ox)]);
-            }
+                    acc.s[i][gram_oidx(oy, ox)] = fmaf(a[i], bw[oy][ox + GKW - 1], acc.s[i][gram_oidx(oy, ox)]);
     }
 }
 
@@ -257,8 +287,13 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
             acc.s[i][o] = 0.f;
     }
     const int b = blockIdx.x;
+    if (b >= p.frame_ctas) { /* the guard quads, rows past the data and the padding channel stay zero */
+        for (int i = threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
+            gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        __syncthreads();
+    }
     if (b < p.frame_ctas)
-        gram_frame(p, shift, b, g, cig, cj, acc);
+        gram_frame(p, shift, b, cig, cj, acc);
     else
         gram_main(p, sm, shift, b - p.frame_ctas, g, cig, cj, acc);
     /* the CTA's sums: each slot's values in shared memory, then per entry over the slots in double */
@@ -302,11 +337,14 @@ __host__ __device__ inline int gram_class_windows(int k)
  * over the CTAs (independent loads), then a fixed butterfly (deterministic). */
 __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant__ cf_gram_params p)
 {
-    __shared__ int windows_of[CF_GRAM_NCLS]; /* per class */
-    if (threadIdx.x < CF_GRAM_NCLS)
-        windows_of[threadIdx.x] = gram_class_windows(threadIdx.x);
-    __syncthreads();
+    __shared__ short windows_of[CF_GRAM_MAX_CTAS]; /* per CTA of the Gram pass: the windows of its class */
     const int nblocks = p.frame_ctas + p.main_ctas;
+    for (int k = 0; k < CF_GRAM_NCLS; ++k) {
+        const int mask = gram_class_windows(k);
+        for (int b = p.cls_first[k] + threadIdx.x; b < p.cls_first[k] + p.cls_count[k]; b += blockDim.x)
+            windows_of[b] = (short)mask;
+    }
+    __syncthreads();
     const int lane = threadIdx.x & 31, e = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (e >= p.ne)
         return;
@@ -317,11 +355,7 @@ __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant_
 #pragma unroll 4
     for (int b = lane; b < nblocks; b += 32) {
         const double v = p.part[(size_t)b * p.ne + e];
-        int k = CF_GRAM_CORE; /* the main CTAs come after the frame classes' */
-        if (b < p.frame_ctas)
-            for (k = 0; !(b >= p.cls_first[k] && b < p.cls_first[k] + p.cls_count[k] && k != CF_GRAM_CORE); ++k) {
-            }
-        const int mask = windows_of[k];
+        const int mask = windows_of[b];
 #pragma unroll
         for (int d = 0; d < GKH * GKW; ++d)
             acc[d] += (mask >> d & 1) ? v : 0.0;
@@ -353,8 +387,8 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
     __shared__ float worst;
     const int taps = GKH * GKW, K = p.cin * taps;
     double *cov = gram_cov, *s1 = gram_cov + K * K;
-    float *wall = reinterpret_cast<float *>(s1 + K);
-    const double count = (double)p.n * p.oh * p.ow;
+    double *wall = s1 + K;
+    const double count = (double)p.n * p.oh * p.ow, inv_count = 1.0 / count;
     if (threadIdx.x == 0) {
         all_ok = 1;
         worst = 0.f;
@@ -377,16 +411,16 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
             ox = -ox;
         }
         const double g = gram_window(p, (ci * p.cinp + cj) * GEO + gram_oidx(oy, ox), dy, dx);
-        cov[idx] = (g - s1[k] * s1[l] / count) / count;
+        cov[idx] = (g - s1[k] * s1[l] * inv_count) * inv_count;
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
     constexpr int CPW = 4, LPL = (CF_GRAM_MAX_CIN * GKH * GKW + 31) / 32; /* channels per warp, columns per lane */
-    float *wb = wall + (size_t)warp * CPW * K;
+    double *wb = wall + (size_t)warp * CPW * K;
     for (int c0 = warp * CPW; c0 < p.cout; c0 += nwarp * CPW) {
         __syncwarp();
         for (int i = lane; i < CPW * K; i += 32)
-            wb[i] = c0 + i / K < p.cout ? p.wei[(size_t)c0 * K + i] : 0.f;
+            wb[i] = c0 + i / K < p.cout ? (double)p.wei[(size_t)c0 * K + i] : 0.0;
         __syncwarp();
         double u[CPW][LPL] = {};
         for (int k = 0; k < K; ++k) {
@@ -412,7 +446,7 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
                 const int k = lane + 32 * li;
                 if (k >= K)
                     continue;
-                const double wk = wb[cc * K + k], mk = s1[k] / count; /* E[x'] of this tap */
+                const double wk = wb[cc * K + k], mk = s1[k] * inv_count; /* E[x'] of this tap */
                 q[cc] += wk * u[cc][li];
                 m[cc] += wk * (mk + (double)shift[k / taps]);
                 bound[cc] += fabs(wk) * sqrt(cov[k * K + k] + mk * mk); /* sqrt(E[x'^2]) */
@@ -553,6 +587,11 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
         next += p->cls_count[k];
     }
     p->frame_ctas = next;
+    if (p->frame_ctas + p->main_ctas > CF_GRAM_MAX_CTAS) {
+        snprintf(why, why_size, "statistics from the input Gram: %d CTAs for a batch of %d (at most %d)",
+                 p->frame_ctas + p->main_ctas, p->n, CF_GRAM_MAX_CTAS);
+        return false;
+    }
     p->cls_first[CF_GRAM_CORE] = next;
     p->cls_count[CF_GRAM_CORE] = p->main_ctas;
     return true;
@@ -599,7 +638,7 @@ static cf_status_t gram_set_attr(bool force)
     CF_CUDA_TRY(cudaFuncSetAttribute((const void *)cf::cf_gram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      112 * 1024));
     CF_CUDA_TRY(cudaFuncSetAttribute((const void *)cf::cf_gram_stats_kernel,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
     gram_attr_dev = dev;
     return CF_STATUS_SUCCESS;
 }
@@ -648,7 +687,7 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     cf::cf_gram_sum_kernel<<<(unsigned)((p.ne + 7) / 8), 256, 0, stream>>>(p);
     CF_CUDA_TRY(cudaGetLastError());
     const int K = p.cin * CF_GRAM_KH * CF_GRAM_KW;
-    const size_t stats_smem = (size_t)(K * K + K) * sizeof(double) + (size_t)(512 / 32) * 4 * K * sizeof(float);
+    const size_t stats_smem = (size_t)(K * K + K + (512 / 32) * 4 * K) * sizeof(double);
     cf::cf_gram_stats_kernel<<<1, 512, stats_smem, stream>>>(p);
     CF_CUDA_TRY(cudaGetLastError());
     if (cf_verbose("launch"))

@@ -35,6 +35,7 @@
 #define CF_GRAM_CORE ((CF_GRAM_KH - 1) * (2 * CF_GRAM_KW - 1) + (CF_GRAM_KW - 1)) /* the core x core class */
 #define CF_GRAM_MAX_CIN 8
 #define CF_GRAM_THREADS 256
+#define CF_GRAM_MAX_CTAS 8192 /* CTAs of the Gram pass (the class table of the sum kernel) */
 #define CF_GRAM_KAPPA 256.0 /* the guard's bound on the cancellation ratio (docs/kb2_73.md) */
 
 struct cf_gram_params {
