@@ -1,7 +1,8 @@
 /* Training batch-norm statistics from the input's moments: kernels and host side (bn_gram.cuh has the method). */
 #include "bn_gram.cuh"
 #include "bn_gram_host.h"
-#include "epilogue.cuh"
+#include "igemm_host.h"
+#include "igemm_kernel.cuh" /* the mbarrier and TMA helpers */
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -63,15 +64,15 @@ struct gram_acc {
 /* One 4-column chunk of a row: win[oy] holds the partner row's quads at chunk c-1 (P), c (C) and c+1 (X, loaded
  * here). 2 x 4 x 13 = 104 FFMA against 2 + 3 LDS.128, each one wavefront: a warp is one row slot, its a rows are 4
  * addresses and its b rows 8 addresses in distinct banks (cf_gram_params::cs). */
-template <int P, int C, int X>
+template <int P, int C, int X, bool EDGE>
 __device__ __forceinline__ void gram_chunk(gram_acc &acc, float4 (&win)[GKH][3], const float *a0, const float *a1,
-                                           const float *b, int cs, int ls, int c, bool edge, int ow)
+                                           const float *b, int ls, int c, int ow)
 {
 #pragma unroll
     for (int oy = 0; oy < GKH; ++oy)
         win[oy][X] = *reinterpret_cast<const float4 *>(b + oy * ls + 4 * (c + 1));
     float4 a[2] = {*reinterpret_cast<const float4 *>(a0 + 4 * c), *reinterpret_cast<const float4 *>(a1 + 4 * c)};
-    if (edge) { /* only the core columns [kw-1, OW) belong to this class */
+    if (EDGE) { /* only the core columns [kw-1, OW) belong to this class */
         const int v = 4 * c;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -108,47 +109,76 @@ __device__ __forceinline__ void gram_cp16(float *dst, const float *src)
 /* Main CTA: core rows of one image, bands of rb core rows (+ kh-1 partner rows) staged in shared memory, then
  * shifted in place; each row slot (a warp) walks its rows chunk by chunk with register windows rotated through three
  * slots (no moves). Two CTAs per SM: one stages while the other computes. */
-__device__ void gram_main(const cf_gram_params &p, float *sm, const float *shift, int m, int g, int cig, int cj,
-                          gram_acc &acc)
+__device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, const float *shift, int m, int g, int cig,
+                          int cj, gram_acc &acc)
 {
     const int n = m / p.ctas_per_image, grp = m % p.ctas_per_image;
     const size_t hw = (size_t)p.h * p.w;
     const float *img = p.src + (size_t)n * p.cin * hw;
     const bool vec = (p.w % 4 == 0) && ((uintptr_t)p.src % 16 == 0);
     const int nq = (p.w + 3) / 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
+    /* chunks wholly inside the core columns [kw-1, OW) take no mask */
+    const int cin0 = (GKW - 1 + 3) / 4, cin1 = (p.ow - 4) / 4;
+    uint32_t phase = 0;
     for (int bi = 0; bi < p.bands_per_cta; ++bi) {
         const int band = grp * p.bands_per_cta + bi;
         if (band >= p.bands)
             break;
         const int ub = GKH - 1 + band * p.rb, ue = min(ub + p.rb, p.oh), nrows = ue - ub + GKH - 1;
-        __syncthreads(); /* the previous band's rows are read */
-        /* the rows' data quads (columns [0, 4 nq)); the guard quads around them stay zero (set at CTA start) */
-        for (int c = 0; c < p.cin; ++c)
-            for (int r = warp; r < nrows; r += nwarp) {
-                float *dst = sm + (size_t)c * p.cs + r * p.ls + 4;
-                const float *src = img + (size_t)c * hw + (size_t)(ub + r) * p.w;
-                if (vec) {
-                    for (int q = lane; q < nq; q += 32)
-                        gram_cp16(dst + 4 * q, src + 4 * q);
-                } else {
-                    for (int v = lane; v < 4 * nq; v += 32)
-                        dst[v] = v < p.w ? __ldg(src + v) : 0.f;
+        fence_proxy_async(); /* this thread's reads and shift stores of the last band -> the next copy (async proxy) */
+        __syncthreads();
+        if (p.tma) {
+            /* one box: rows [ub, ub + rb + kh - 1) of every channel, columns [-4, ls - 4), zeros outside the image;
+               ig_tma_load's coordinates are the map's dimensions in order: x, row, channel, image */
+            if (threadIdx.x == 0)
+                ig_tma_load(&p.tmap, (uint32_t)__cvta_generic_to_shared(sm), bar,
+                            (uint32_t)(p.ls * (p.rb + GKH - 1) * p.cin * 4), -4, ub, 0, n);
+            ig_mbar_wait(bar, phase);
+            phase ^= 1;
+            /* the shift: every staged value, the zeros outside the image too (a product with one of those always
+               has a masked, zero, first factor: only the core columns are first factors) */
+            const int per = nrows * p.ls / 4;
+            for (int c = 0; c < p.cin; ++c) {
+                const float s = shift[c];
+                float4 *row = reinterpret_cast<float4 *>(sm + (size_t)c * p.cs);
+                for (int i = threadIdx.x; i < per; i += blockDim.x) {
+                    float4 x = row[i];
+                    x.x -= s;
+                    x.y -= s;
+                    x.z -= s;
+                    x.w -= s;
+                    row[i] = x;
                 }
             }
-        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-        /* the shift, on the values this thread copied (its own copies are complete and visible to it) */
-        for (int c = 0; c < p.cin; ++c) {
-            const float s = shift[c];
-            for (int r = warp; r < nrows; r += nwarp) {
-                float *dst = sm + (size_t)c * p.cs + r * p.ls + 4;
-                for (int q = lane; q < nq; q += 32) {
-                    float4 x = *reinterpret_cast<float4 *>(dst + 4 * q);
-                    const int v = 4 * q;
-                    x.x -= s;
-                    x.y = v + 1 < p.w ? x.y - s : 0.f;
-                    x.z = v + 2 < p.w ? x.z - s : 0.f;
-                    x.w = v + 3 < p.w ? x.w - s : 0.f;
-                    *reinterpret_cast<float4 *>(dst + 4 * q) = x;
+        } else {
+            /* the rows' data quads (columns [0, 4 nq)); the guard quads around them stay zero (set at CTA start) */
+            for (int c = 0; c < p.cin; ++c)
+                for (int r = warp; r < nrows; r += nwarp) {
+                    float *dst = sm + (size_t)c * p.cs + r * p.ls + 4;
+                    const float *src = img + (size_t)c * hw + (size_t)(ub + r) * p.w;
+                    if (vec) {
+                        for (int q = lane; q < nq; q += 32)
+                            gram_cp16(dst + 4 * q, src + 4 * q);
+                    } else {
+                        for (int v = lane; v < 4 * nq; v += 32)
+                            dst[v] = v < p.w ? __ldg(src + v) : 0.f;
+                    }
+                }
+            asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+            /* the shift, on the values this thread copied (its own copies are complete and visible to it) */
+            for (int c = 0; c < p.cin; ++c) {
+                const float s = shift[c];
+                for (int r = warp; r < nrows; r += nwarp) {
+                    float *dst = sm + (size_t)c * p.cs + r * p.ls + 4;
+                    for (int q = lane; q < nq; q += 32) {
+                        float4 x = *reinterpret_cast<float4 *>(dst + 4 * q);
+                        const int v = 4 * q;
+                        x.x -= s;
+                        x.y = v + 1 < p.w ? x.y - s : 0.f;
+                        x.z = v + 2 < p.w ? x.z - s : 0.f;
+                        x.w = v + 3 < p.w ? x.w - s : 0.f;
+                        *reinterpret_cast<float4 *>(dst + 4 * q) = x;
+                    }
                 }
             }
         }
@@ -160,20 +190,36 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, const float *shift
             const float *a0 = sm + (size_t)(2 * cig) * p.cs + r * p.ls + 4, *a1 = a0 + p.cs;
             const float *b = sm + (size_t)cj * p.cs + r * p.ls + 4;
             float4 win[GKH][3];
+            auto start = [&](int c) { /* the windows' quads c-1 and c into slots 0 and 1 */
 #pragma unroll
-            for (int oy = 0; oy < GKH; ++oy) {
-                win[oy][0] = *reinterpret_cast<const float4 *>(b + oy * p.ls + 4 * (p.c0 - 1));
-                win[oy][1] = *reinterpret_cast<const float4 *>(b + oy * p.ls + 4 * p.c0);
+                for (int oy = 0; oy < GKH; ++oy) {
+                    win[oy][0] = *reinterpret_cast<const float4 *>(b + oy * p.ls + 4 * (c - 1));
+                    win[oy][1] = *reinterpret_cast<const float4 *>(b + oy * p.ls + 4 * c);
+                }
+            };
+            auto masked = [&](int c) {
+                start(c);
+                gram_chunk<0, 1, 2, true>(acc, win, a0, a1, b, p.ls, c, p.ow);
+            };
+            if (cin0 > cin1) { /* no chunk inside the core: all masked */
+                for (int c = p.c0; c <= p.c1; ++c)
+                    masked(c);
+                continue;
             }
-            for (int c = p.c0;;) {
-                gram_chunk<0, 1, 2>(acc, win, a0, a1, b, p.cs, p.ls, c, 4 * c < GKW - 1 || 4 * c + 3 >= p.ow, p.ow);
-                if (++c > p.c1)
+            for (int c = p.c0; c < cin0; ++c) /* the masked chunks at both ends */
+                masked(c);
+            for (int c = cin1 + 1; c <= p.c1; ++c)
+                masked(c);
+            start(cin0);
+            for (int c = cin0;;) {
+                gram_chunk<0, 1, 2, false>(acc, win, a0, a1, b, p.ls, c, p.ow);
+                if (++c > cin1)
                     break;
-                gram_chunk<1, 2, 0>(acc, win, a0, a1, b, p.cs, p.ls, c, 4 * c < GKW - 1 || 4 * c + 3 >= p.ow, p.ow);
-                if (++c > p.c1)
+                gram_chunk<1, 2, 0, false>(acc, win, a0, a1, b, p.ls, c, p.ow);
+                if (++c > cin1)
                     break;
-                gram_chunk<2, 0, 1>(acc, win, a0, a1, b, p.cs, p.ls, c, 4 * c < GKW - 1 || 4 * c + 3 >= p.ow, p.ow);
-                if (++c > p.c1)
+                gram_chunk<2, 0, 1, false>(acc, win, a0, a1, b, p.ls, c, p.ow);
+                if (++c > cin1)
                     break;
             }
         }
@@ -209,7 +255,6 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
     int u0, u1, v0, v1;
     gram_class_range(k / GNCC, GKH, p.oh, &u0, &u1);
     gram_class_range(k % GNCC, GKW, p.ow, &v0, &v1);
-    const bool along_row = (k % GNCC) == GKW - 1; /* the core columns of a border row (else a column, or a corner) */
     const int nc = v1 - v0, per = (u1 - u0) * nc, total = per * p.n, slice = f - p.cls_first[k];
     const int c0 = (int)((long long)total * slice / p.cls_count[k]);
     const int c1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
@@ -217,19 +262,21 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
     const int t0 = c0 + (int)((long long)(c1 - c0) * warp / nwarp), t1 = c0 + (int)((long long)(c1 - c0) * (warp + 1) / nwarp);
     if (threadIdx.x % 32 >= p.lanes && p.lanes < 32)
         return;
-    const size_t hw = (size_t)p.h * p.w;
+    if (t0 >= t1)
+        return;
+    const int hw = p.h * p.w; /* C_in * H * W < 2^31: offsets within an image are 32-bit */
     const bool cj_in = cj < p.cin;
     const float sj = cj_in ? shift[cj] : 0.f;
     float bw[GKH][2 * GKW - 1]; /* partners x'(cj, u + oy, v + ox - (kw-1)) */
-    int pn = -1, pu = -2, pv = -2;
+    int n = t0 / per, rem = t0 - n * per, u = u0 + rem / nc, v = v0 + rem % nc;
+    const float *img = p.src + (size_t)n * p.cin * hw;
+    int slide = 0; /* 0: load the window, 1: one column on, 2: one row on */
     for (int t = t0; t < t1; ++t) {
-        const int n = t / per, rem = t - n * per, ur = rem / nc, u = u0 + ur, v = v0 + rem - ur * nc;
-        const float *img = p.src + (size_t)n * p.cin * hw;
         const float *bj = img + cj * hw;
         auto load = [&](int uu, int vv) {
-            return (cj_in && uu < p.h && vv >= 0 && vv < p.w) ? __ldg(bj + (size_t)uu * p.w + vv) - sj : 0.f;
+            return (cj_in && uu < p.h && vv >= 0 && vv < p.w) ? __ldg(bj + uu * p.w + vv) - sj : 0.f;
         };
-        if (n == pn && along_row && u == pu && v == pv + 1) {
+        if (slide == 1) {
 #pragma unroll
             for (int oy = 0; oy < GKH; ++oy) {
 #pragma unroll
@@ -237,7 +284,7 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
                     bw[oy][x] = bw[oy][x + 1];
                 bw[oy][2 * GKW - 2] = load(u + oy, v + GKW - 1);
             }
-        } else if (n == pn && !along_row && v == pv && u == pu + 1) {
+        } else if (slide == 2) {
 #pragma unroll
             for (int oy = 0; oy < GKH; ++oy)
 #pragma unroll
@@ -250,14 +297,11 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
                 for (int x = 0; x < 2 * GKW - 1; ++x)
                     bw[oy][x] = load(u + oy, v + x - (GKW - 1));
         }
-        pn = n;
-        pu = u;
-        pv = v;
         float a[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const int ci = 2 * cig + i;
-            a[i] = ci < p.cin ? __ldg(img + ci * hw + (size_t)u * p.w + v) - shift[ci] : 0.f;
+            a[i] = ci < p.cin ? __ldg(img + ci * hw + u * p.w + v) - shift[ci] : 0.f;
             acc.f[i] += a[i];
         }
 #pragma unroll
@@ -267,12 +311,26 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
 #pragma unroll
                 for (int i = 0; i < 2; ++i)
                     acc.s[i][gram_oidx(oy, ox)] = fmaf(a[i], bw[oy][ox + GKW - 1], acc.s[i][gram_oidx(oy, ox)]);
+        /* the next position: along the row, then down the class's rows, then the next image */
+        if (++v < v1) {
+            slide = 1;
+        } else {
+            v = v0;
+            slide = nc == 1 ? 2 : 0;
+            if (++u == u1) {
+                u = u0;
+                slide = 0;
+                img += (size_t)p.cin * hw;
+            }
+        }
     }
 }
 
 __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __grid_constant__ cf_gram_params p)
 {
-    extern __shared__ float4 gram_smem[];
+    extern __shared__ float4 gram_smem_raw[];
+    /* 128-byte aligned (the TMA destination) */
+    float4 *gram_smem = reinterpret_cast<float4 *>((reinterpret_cast<uintptr_t>(gram_smem_raw) + 127) & ~(uintptr_t)127);
     float *sm = reinterpret_cast<float *>(gram_smem);
     __shared__ float shift[CF_GRAM_MAX_CIN];
     gram_shifts(p, shift);
@@ -287,15 +345,26 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
             acc.s[i][o] = 0.f;
     }
     const int b = blockIdx.x;
-    if (b >= p.frame_ctas) { /* the guard quads, rows past the data and the padding channel stay zero */
-        for (int i = threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
-            gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    __shared__ alignas(8) uint64_t bar_mem;
+    const uint32_t bar = (uint32_t)__cvta_generic_to_shared(&bar_mem);
+    if (b >= p.frame_ctas) {
+        if (p.tma) {
+            if (threadIdx.x == 0) {
+                ig_mbar_init(bar, 1);
+                asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+            }
+            for (int i = p.cin * p.cs / 4 + threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
+                gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f); /* the padding channel (odd C_in) */
+        } else { /* the guard quads, rows past the data and the padding channel stay zero */
+            for (int i = threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
+                gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
         __syncthreads();
     }
     if (b < p.frame_ctas)
         gram_frame(p, shift, b, cig, cj, acc);
     else
-        gram_main(p, sm, shift, b - p.frame_ctas, g, cig, cj, acc);
+        gram_main(p, sm, bar, shift, b - p.frame_ctas, g, cig, cj, acc);
     /* the CTA's sums: each slot's values in shared memory, then per entry over the slots in double */
     __syncthreads();
     if (g < p.slots) {
@@ -399,7 +468,8 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
         s1[k] = gram_window(p, p.cinp * p.cinp * GEO + ci, dy, dx);
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < K * K; idx += blockDim.x) {
+#pragma unroll 4
+    for (int idx = threadIdx.x; idx < K * K; idx += blockDim.x) { /* unrolled: four loads in flight */
         const int k = idx / K, l = idx % K;
         int ci = k / taps, dy = k % taps / GKW, dx = k % GKW, cj = l / taps, ey = l % taps / GKW, ex = l % GKW;
         int oy = ey - dy, ox = ex - dx;
@@ -552,18 +622,33 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     p->slots = CF_GRAM_THREADS / p->lanes;
     p->c0 = (CF_GRAM_KW - 1) / 4;
     p->c1 = (p->ow - 1) / 4;
-    p->ls = 4 + 4 * (p->c1 + 2);
-    /* two CTAs per SM (cf_gram_kernel's launch bounds): each stages a band while the other computes */
+    /* Two CTAs per SM (cf_gram_kernel's launch bounds): each stages a band while the other computes. The shared
+     * layout [channel][row][ls] needs a channel stride of 4 mod 8 floats, so that a warp's 4 first-factor rows and 8
+     * partner rows fall in distinct banks. With TMA (W a multiple of 4) the box lands dense: ls = 4m with m odd and
+     * an odd number of rows (rb + kh - 1) give it; otherwise the stride is padded. */
     const size_t limit = 110 * 1024;
-    for (p->rb = 16;; p->rb /= 2) {
-        p->cs = (p->rb + CF_GRAM_KH - 1) * p->ls;
-        p->cs += (4 - p->cs % 16 + 16) % 16;
-        if ((size_t)p->cinp * p->cs * 4 <= limit)
-            break;
-        if (p->rb == 1) {
-            snprintf(why, why_size, "statistics from the input Gram: rows of %d floats do not fit shared memory", p->w);
-            return false;
+    const int ls_min = 4 * (p->c1 + 3); /* guard quad, the chunks, the last chunk's next quad */
+    int ls_tma = ls_min + ((ls_min / 4) % 2 == 0 ? 4 : 0);
+    p->tma_geometry = p->w % 4 == 0 && ls_tma <= 256;
+    if (p->tma_geometry) {
+        p->ls = ls_tma;
+        for (p->rb = 15;; p->rb = (p->rb - 1) / 2) { /* rows 17, 9, 5, 3: odd */
+            p->cs = (p->rb + CF_GRAM_KH - 1) * p->ls;
+            if ((size_t)p->cinp * p->cs * 4 <= limit || p->rb == 1)
+                break;
         }
+    } else {
+        p->ls = 4 + 4 * (p->c1 + 2);
+        for (p->rb = 16;; p->rb /= 2) {
+            p->cs = (p->rb + CF_GRAM_KH - 1) * p->ls;
+            p->cs += (4 - p->cs % 16 + 16) % 16;
+            if ((size_t)p->cinp * p->cs * 4 <= limit || p->rb == 1)
+                break;
+        }
+    }
+    if ((size_t)p->cinp * p->cs * 4 > limit) {
+        snprintf(why, why_size, "statistics from the input Gram: rows of %d floats do not fit shared memory", p->w);
+        return false;
     }
     const int core_rows = p->oh - (CF_GRAM_KH - 1);
     p->bands = (core_rows + p->rb - 1) / p->rb;
@@ -573,7 +658,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     p->bands_per_cta = (int)(bpc < 1 ? 1 : bpc > p->bands ? p->bands : bpc);
     p->ctas_per_image = (p->bands + p->bands_per_cta - 1) / p->bands_per_cta;
     p->main_ctas = p->n * p->ctas_per_image;
-    /* frame classes: about 512 positions per CTA */
+    /* frame classes: about 1536 positions per CTA */
     int next = 0;
     for (int k = 0; k < CF_GRAM_NCLS; ++k) {
         if (k == CF_GRAM_CORE)
@@ -583,7 +668,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
         const long long cols = cc == CF_GRAM_KW - 1 ? p->ow - (CF_GRAM_KW - 1) : 1;
         const long long total = rows * cols * p->n;
         p->cls_first[k] = next;
-        p->cls_count[k] = (int)((total + 511) / 512);
+        p->cls_count[k] = (int)((total + 1535) / 1536);
         next += p->cls_count[k];
     }
     p->frame_ctas = next;
@@ -600,7 +685,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
 static size_t gram_smem_bytes(const cf_gram_params *p)
 {
     const size_t stage = (size_t)p->cinp * p->cs * 4, red = (size_t)p->slots * p->ne * 4;
-    return stage > red ? stage : red;
+    return 128 + (stage > red ? stage : red); /* + the alignment of the TMA destination */
 }
 
 bool cf_gram_supported(const struct cf_plan *plan, int bn, char *why, size_t why_size)
@@ -662,6 +747,17 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     p.sums = p.part + (size_t)(p.frame_ctas + p.main_ctas) * p.ne;
     p.ok = (int *)(p.sums + (size_t)CF_GRAM_KH * CF_GRAM_KW * p.ne);
     p.stats = stats;
+    p.tma = 0;
+    PFN_cuTensorMapEncodeTiled_v12000 encode = p.tma_geometry && (uintptr_t)p.src % 16 == 0 ? cf_tmap_encoder() : NULL;
+    if (encode) {
+        const cuuint64_t dim[4] = {(cuuint64_t)p.w, (cuuint64_t)p.h, (cuuint64_t)p.cin, (cuuint64_t)p.n};
+        const cuuint64_t stride[3] = {(cuuint64_t)p.w * 4, (cuuint64_t)p.h * p.w * 4, (cuuint64_t)p.cin * p.h * p.w * 4};
+        const cuuint32_t box[4] = {(cuuint32_t)p.ls, (cuuint32_t)(p.rb + CF_GRAM_KH - 1), (cuuint32_t)p.cin, 1};
+        const cuuint32_t estride[4] = {1, 1, 1, 1};
+        p.tma = encode(&p.tmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (void *)p.src, dim, stride, box, estride,
+                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    }
     p.eps = bnargs->eps;
     p.momentum = bnargs->momentum;
     p.gamma = bnargs->gamma;
@@ -692,9 +788,10 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     CF_CUDA_TRY(cudaGetLastError());
     if (cf_verbose("launch"))
         fprintf(stderr,
-                "convfuse: launch: batch-norm statistics from the input Gram (main CTAs=%d x %d rows, frame CTAs=%d, "
-                "smem=%zu); the direct statistics pass runs only if the device-side guard refuses them\n",
-                p.main_ctas, p.rb, p.frame_ctas, smem);
+                "convfuse: launch: batch-norm statistics from the input Gram (main CTAs=%d x %d bands of %d rows, staged "
+                "by %s, frame CTAs=%d, smem=%zu); the direct statistics pass runs only if the device-side guard refuses "
+                "them\n",
+                p.main_ctas, p.bands_per_cta, p.rb, p.tma ? "TMA" : "copies", p.frame_ctas, smem);
     if (cf_verbose("gram")) { /* debugging only: waits for the device to report its decision */
         int flag[2] = {0, 0};
         CF_CUDA_TRY(cudaStreamSynchronize(stream));

@@ -39,6 +39,11 @@
 #define CF_GRAM_KAPPA 256.0 /* the guard's bound on the cancellation ratio (docs/kb2_73.md) */
 
 struct cf_gram_params {
+    /* the input as a TMA tensor {W, H, C, N} (fastest first), box {ls, rb + kh - 1, cinp, 1} from x = -4: one copy
+     * per band lands in the shared layout below, its zero fill the column guards (tma = 1) */
+    CUtensorMap tmap;
+    int tma;          /* the map is set: stage by TMA (else cp.async / plain copies) */
+    int tma_geometry; /* the layout admits the TMA box (W a multiple of 4, ls and rows as below) */
     const float *src, *wei, *bia;
     int n, cin, h, w, cout, oh, ow;
     int cinp;  /* C_in rounded up to even: a lane owns 2 x 2 channel pairs */

@@ -802,7 +802,7 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
 
 /* cuTensorMapEncodeTiled, a driver function reached through the runtime (the library links no libcuda); NULL if
  * the driver has no entry point */
-static PFN_cuTensorMapEncodeTiled_v12000 ig_tmap_encoder(void)
+PFN_cuTensorMapEncodeTiled_v12000 cf_tmap_encoder(void)
 {
     static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
         void *fn = NULL;
@@ -819,7 +819,7 @@ static PFN_cuTensorMapEncodeTiled_v12000 ig_tmap_encoder(void)
  * cp.async path. */
 static bool ig_encode_tmap(cf_ig_params *p)
 {
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = ig_tmap_encoder();
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = cf_tmap_encoder();
     if (!encode)
         return false;
     const cuuint64_t dim[4] = {(cuuint64_t)p->w, (cuuint64_t)p->cin, (cuuint64_t)p->h, (cuuint64_t)p->n};
@@ -835,7 +835,7 @@ static bool ig_encode_tmap(cf_ig_params *p)
  * (ig_store_tma). False: the per-warp staging stores. */
 static bool ig_encode_tmap_out(cf_ig_params *p, int nt)
 {
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = ig_tmap_encoder();
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = cf_tmap_encoder();
     if (!encode || (uintptr_t)p->dst % 16 != 0)
         return false;
     const cuuint64_t plane = (cuuint64_t)p->oh * p->ow;
