@@ -2,7 +2,9 @@
 #include "bn_gram.cuh"
 #include "bn_gram_host.h"
 #include "igemm_host.h"
-#include "igemm_kernel.cuh" /* the mbarrier and TMA helpers */
+#include "epilogue.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh" /* fence_proxy_async */
 
 #include <cuda_runtime.h>
 #include <math.h>
