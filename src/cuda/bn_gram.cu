@@ -114,19 +114,22 @@ __device__ __forceinline__ void gram_cp16(float *dst, const float *src)
 __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, const float *shift, int m, int g, int cig,
                           int cj, gram_acc &acc)
 {
-    const int n = m / p.ctas_per_image, grp = m % p.ctas_per_image;
+    const int core_rows = p.oh - (GKH - 1);
+    const long long rows = (long long)p.n * core_rows;
+    const int r_end = (int)(rows * (m + 1) / p.main_ctas);
     const size_t hw = (size_t)p.h * p.w;
-    const float *img = p.src + (size_t)n * p.cin * hw;
     const bool vec = (p.w % 4 == 0) && ((uintptr_t)p.src % 16 == 0);
     const int nq = (p.w + 3) / 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
     /* chunks wholly inside the core columns [kw-1, OW) take no mask */
     const int cin0 = (GKW - 1 + 3) / 4, cin1 = (p.ow - 4) / 4;
     uint32_t phase = 0;
-    for (int bi = 0; bi < p.bands_per_cta; ++bi) {
-        const int band = grp * p.bands_per_cta + bi;
-        if (band >= p.bands)
-            break;
-        const int ub = GKH - 1 + band * p.rb, ue = min(ub + p.rb, p.oh), nrows = ue - ub + GKH - 1;
+    /* this CTA's share of the batch's core rows, in bands of at most rb rows within one image */
+    for (int rr = (int)(rows * m / p.main_ctas); rr < r_end;) {
+        const int n = rr / core_rows, row0 = rr - n * core_rows;
+        const int cnt = min(p.rb, min(core_rows - row0, r_end - rr));
+        rr += cnt;
+        const float *img = p.src + (size_t)n * p.cin * hw;
+        const int ub = GKH - 1 + row0, ue = ub + cnt, nrows = cnt + GKH - 1;
         fence_proxy_async(); /* this thread's reads and shift stores of the last band -> the next copy (async proxy) */
         __syncthreads();
         if (p.tma) {
@@ -248,6 +251,7 @@ __device__ __forceinline__ void gram_class_range(int rc, int k, int o, int *begi
  * down a column for the core rows' edge columns, so one step loads only the partners that enter the window. */
 __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int cig, int cj, gram_acc &acc)
 {
+    /* f: the frame job, a slice of one class */
     int k = 0;
     while (k < CF_GRAM_NCLS && !(f >= p.cls_first[k] && f < p.cls_first[k] + p.cls_count[k] && k != CF_GRAM_CORE))
         ++k;
@@ -328,6 +332,38 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
     }
 }
 
+/* The CTA's sums as row `row` of the partials: each slot's values in shared memory, then per entry over the slots in
+ * double; the thread sums start again from zero. */
+__device__ void gram_flush(const cf_gram_params &p, float *sm, int g, int cig, int cj, gram_acc &acc, int row)
+{
+    __syncthreads();
+    if (g < p.slots) {
+        float *red = sm + (size_t)g * p.ne;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+#pragma unroll
+            for (int o = 0; o < GEO; ++o)
+                red[((2 * cig + i) * p.cinp + cj) * GEO + o] = acc.s[i][o];
+            if (cj == 0)
+                red[p.cinp * p.cinp * GEO + 2 * cig + i] = acc.f[i];
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < p.ne; e += blockDim.x) {
+        double s = 0;
+        for (int gg = 0; gg < p.slots; ++gg)
+            s += sm[(size_t)gg * p.ne + e];
+        p.part[(size_t)row * p.ne + e] = s;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        acc.f[i] = 0.f;
+#pragma unroll
+        for (int o = 0; o < GEO; ++o)
+            acc.s[i][o] = 0.f;
+    }
+}
+
 __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __grid_constant__ cf_gram_params p)
 {
     extern __shared__ float4 gram_smem_raw[];
@@ -349,43 +385,24 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
     const int b = blockIdx.x;
     __shared__ alignas(8) uint64_t bar_mem;
     const uint32_t bar = (uint32_t)__cvta_generic_to_shared(&bar_mem);
-    if (b >= p.frame_ctas) {
-        if (p.tma) {
-            if (threadIdx.x == 0) {
-                ig_mbar_init(bar, 1);
-                asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-            }
-            for (int i = p.cin * p.cs / 4 + threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
-                gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f); /* the padding channel (odd C_in) */
-        } else { /* the guard quads, rows past the data and the padding channel stay zero */
-            for (int i = threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
-                gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (p.tma) {
+        if (threadIdx.x == 0) {
+            ig_mbar_init(bar, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
-        __syncthreads();
+        for (int i = p.cin * p.cs / 4 + threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
+            gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f); /* the padding channel (odd C_in) */
+    } else { /* the guard quads, rows past the data and the padding channel stay zero */
+        for (int i = threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
+            gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    if (b < p.frame_ctas)
+    __syncthreads();
+    /* the core rows, then this CTA's frame job: each summed into its own row of partials */
+    gram_main(p, sm, bar, shift, b, g, cig, cj, acc);
+    gram_flush(p, sm, g, cig, cj, acc, b);
+    if (b < p.frame_jobs) {
         gram_frame(p, shift, b, cig, cj, acc);
-    else
-        gram_main(p, sm, bar, shift, b - p.frame_ctas, g, cig, cj, acc);
-    /* the CTA's sums: each slot's values in shared memory, then per entry over the slots in double */
-    __syncthreads();
-    if (g < p.slots) {
-        float *red = sm + (size_t)g * p.ne;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-#pragma unroll
-            for (int o = 0; o < GEO; ++o)
-                red[((2 * cig + i) * p.cinp + cj) * GEO + o] = acc.s[i][o];
-            if (cj == 0)
-                red[p.cinp * p.cinp * GEO + 2 * cig + i] = acc.f[i];
-        }
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < p.ne; e += blockDim.x) {
-        double s = 0;
-        for (int gg = 0; gg < p.slots; ++gg)
-            s += sm[(size_t)gg * p.ne + e];
-        p.part[(size_t)b * p.ne + e] = s;
+        gram_flush(p, sm, g, cig, cj, acc, p.main_ctas + b);
     }
 }
 
@@ -408,12 +425,12 @@ __host__ __device__ inline int gram_class_windows(int k)
  * over the CTAs (independent loads), then a fixed butterfly (deterministic). */
 __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant__ cf_gram_params p)
 {
-    __shared__ short windows_of[CF_GRAM_MAX_CTAS]; /* per CTA of the Gram pass: the windows of its class */
-    const int nblocks = p.frame_ctas + p.main_ctas;
+    __shared__ short windows_of[CF_GRAM_MAX_ROWS]; /* per row of partials: the windows of its class */
+    const int nblocks = p.main_ctas + p.frame_jobs;
     for (int k = 0; k < CF_GRAM_NCLS; ++k) {
         const int mask = gram_class_windows(k);
-        for (int b = p.cls_first[k] + threadIdx.x; b < p.cls_first[k] + p.cls_count[k]; b += blockDim.x)
-            windows_of[b] = (short)mask;
+        for (int j = p.cls_first[k] + threadIdx.x; j < p.cls_first[k] + p.cls_count[k]; j += blockDim.x)
+            windows_of[(k == CF_GRAM_CORE ? 0 : p.main_ctas) + j] = (short)mask;
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, e = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -431,19 +448,34 @@ __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant_
         for (int d = 0; d < GKH * GKW; ++d)
             acc[d] += (mask >> d & 1) ? v : 0.0;
     }
+    double mine = 0;
 #pragma unroll
     for (int d = 0; d < GKH * GKW; ++d) {
         for (int o = 16; o > 0; o >>= 1)
             acc[d] += __shfl_xor_sync(0xffffffffu, acc[d], o);
         if (lane == d)
-            p.sums[(size_t)d * p.ne + e] = acc[d];
+            mine = acc[d];
     }
-}
-
-/* Sum of an entry over the window of tap offset (dy, dx) */
-__device__ __forceinline__ double gram_window(const cf_gram_params &p, int entry, int dy, int dx)
-{
-    return p.sums[(size_t)(dy * GKW + dx) * p.ne + entry];
+    if (lane >= GKH * GKW)
+        return;
+    /* lane d: the entry over window d is one element of the Gram matrix G (and its mirror), or of the first moments */
+    const int taps = GKH * GKW, K = p.cin * taps, dy = lane / GKW, dx = lane % GKW;
+    const int second = p.cinp * p.cinp * GEO;
+    if (e >= second) {
+        const int ci = e - second;
+        if (ci < p.cin)
+            p.s1[ci * taps + lane] = mine;
+        return;
+    }
+    const int ci = e / GEO / p.cinp, cj = e / GEO % p.cinp, oi = e % GEO;
+    const int oy = oi < GKW ? 0 : 1 + (oi - GKW) / (2 * GKW - 1), ox = oi < GKW ? oi : (oi - GKW) % (2 * GKW - 1) - (GKW - 1);
+    const int ey = dy + oy, ex = dx + ox;
+    if (ci >= p.cin || cj >= p.cin || ey >= GKH || ex < 0 || ex >= GKW)
+        return;
+    const int k = ci * taps + lane, l = cj * taps + ey * GKW + ex;
+    p.gram[(size_t)k * K + l] = mine;
+    if (oy != 0 || ox != 0) /* at o = 0 the pair (cj, ci) has its own entry: each element is written once */
+        p.gram[(size_t)l * K + k] = mine;
 }
 
 /* One block: the patch covariance, then per channel mean, variance and the guard, written as one (count, mean, M2)
@@ -465,25 +497,12 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
         worst = 0.f;
     }
     gram_shifts(p, shift);
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-        const int ci = k / taps, dy = k % taps / GKW, dx = k % GKW;
-        s1[k] = gram_window(p, p.cinp * p.cinp * GEO + ci, dy, dx);
-    }
+    for (int k = threadIdx.x; k < K; k += blockDim.x)
+        s1[k] = p.s1[k];
     __syncthreads();
-#pragma unroll 4
-    for (int idx = threadIdx.x; idx < K * K; idx += blockDim.x) { /* unrolled: four loads in flight */
-        const int k = idx / K, l = idx % K;
-        int ci = k / taps, dy = k % taps / GKW, dx = k % GKW, cj = l / taps, ey = l % taps / GKW, ex = l % GKW;
-        int oy = ey - dy, ox = ex - dx;
-        if (oy < 0 || (oy == 0 && ox < 0)) { /* G is symmetric: the pair from the other tap's window */
-            int t = ci; ci = cj; cj = t;
-            t = dy; dy = ey; ey = t;
-            t = dx; dx = ex; ex = t;
-            oy = -oy;
-            ox = -ox;
-        }
-        const double g = gram_window(p, (ci * p.cinp + cj) * GEO + gram_oidx(oy, ox), dy, dx);
-        cov[idx] = (g - s1[k] * s1[l] * inv_count) * inv_count;
+    for (int idx = threadIdx.x; idx < K * K; idx += blockDim.x) {
+        const int k = idx / K, l = idx - k * K;
+        cov[idx] = (p.gram[idx] - s1[k] * s1[l] * inv_count) * inv_count;
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
@@ -652,34 +671,40 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
         snprintf(why, why_size, "statistics from the input Gram: rows of %d floats do not fit shared memory", p->w);
         return false;
     }
+    /* about one wave of main CTAs (two per SM), each a share of the batch's core rows and one frame job */
     const int core_rows = p->oh - (CF_GRAM_KH - 1);
-    p->bands = (core_rows + p->rb - 1) / p->rb;
-    /* about one wave of main CTAs: bands per CTA so that N * CTAs per image ~ 2 per SM */
+    const long long rows = (long long)p->n * core_rows;
     const long long want = 2LL * (plan->device_sm_count > 0 ? plan->device_sm_count : 132);
-    long long bpc = ((long long)p->n * p->bands + want - 1) / want;
-    p->bands_per_cta = (int)(bpc < 1 ? 1 : bpc > p->bands ? p->bands : bpc);
-    p->ctas_per_image = (p->bands + p->bands_per_cta - 1) / p->bands_per_cta;
-    p->main_ctas = p->n * p->ctas_per_image;
-    /* frame classes: about 1536 positions per CTA */
+    p->main_ctas = (int)(rows < want * 4 ? (rows + 3) / 4 : want); /* at least ~4 rows each */
+    /* frame jobs: slices of one class each, as many as fit one per main CTA (the smallest slice size that does) */
+    long long frame_total = 0, per_class[CF_GRAM_NCLS];
+    for (int k = 0; k < CF_GRAM_NCLS; ++k) {
+        const int rc = k / (2 * CF_GRAM_KW - 1), cc = k % (2 * CF_GRAM_KW - 1);
+        const long long r = rc == CF_GRAM_KH - 1 ? core_rows : 1, c = cc == CF_GRAM_KW - 1 ? p->ow - (CF_GRAM_KW - 1) : 1;
+        per_class[k] = k == CF_GRAM_CORE ? 0 : r * c * p->n;
+        frame_total += per_class[k];
+    }
+    long long q = frame_total / p->main_ctas + 1;
+    for (;; q += q / 8 + 1) {
+        long long jobs = 0;
+        for (int k = 0; k < CF_GRAM_NCLS; ++k)
+            jobs += (per_class[k] + q - 1) / q;
+        if (jobs <= p->main_ctas)
+            break;
+    }
     int next = 0;
     for (int k = 0; k < CF_GRAM_NCLS; ++k) {
-        if (k == CF_GRAM_CORE)
-            continue;
-        const int rc = k / (2 * CF_GRAM_KW - 1), cc = k % (2 * CF_GRAM_KW - 1);
-        const long long rows = rc == CF_GRAM_KH - 1 ? core_rows : 1;
-        const long long cols = cc == CF_GRAM_KW - 1 ? p->ow - (CF_GRAM_KW - 1) : 1;
-        const long long total = rows * cols * p->n;
         p->cls_first[k] = next;
-        p->cls_count[k] = (int)((total + 1535) / 1536);
+        p->cls_count[k] = (int)((per_class[k] + q - 1) / q);
         next += p->cls_count[k];
     }
-    p->frame_ctas = next;
-    if (p->frame_ctas + p->main_ctas > CF_GRAM_MAX_CTAS) {
-        snprintf(why, why_size, "statistics from the input Gram: %d CTAs for a batch of %d (at most %d)",
-                 p->frame_ctas + p->main_ctas, p->n, CF_GRAM_MAX_CTAS);
+    p->frame_jobs = next;
+    if (p->frame_jobs + p->main_ctas > CF_GRAM_MAX_ROWS) {
+        snprintf(why, why_size, "statistics from the input Gram: %d rows of partial sums (at most %d)",
+                 p->frame_jobs + p->main_ctas, CF_GRAM_MAX_ROWS);
         return false;
     }
-    p->cls_first[CF_GRAM_CORE] = next;
+    p->cls_first[CF_GRAM_CORE] = 0;
     p->cls_count[CF_GRAM_CORE] = p->main_ctas;
     return true;
 }
@@ -709,7 +734,8 @@ size_t cf_gram_workspace_bytes(const struct cf_plan *plan, int bn)
     char why[256];
     if (bn < 0 || !gram_geometry(plan, bn, &p, why, sizeof why))
         return 0;
-    return ((size_t)(p.frame_ctas + p.main_ctas) + CF_GRAM_KH * CF_GRAM_KW) * p.ne * sizeof(double) + 2 * sizeof(int);
+    const size_t K = (size_t)p.cin * CF_GRAM_KH * CF_GRAM_KW;
+    return ((size_t)(p.frame_jobs + p.main_ctas) * p.ne + K * K + K) * sizeof(double) + 2 * sizeof(int);
 }
 
 static std::mutex gram_mu;
@@ -746,8 +772,10 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     for (int i = 0; i < bn; ++i)
         p.op[i] = ops[i];
     p.part = (double *)workspace;
-    p.sums = p.part + (size_t)(p.frame_ctas + p.main_ctas) * p.ne;
-    p.ok = (int *)(p.sums + (size_t)CF_GRAM_KH * CF_GRAM_KW * p.ne);
+    const int K = p.cin * CF_GRAM_KH * CF_GRAM_KW;
+    p.gram = p.part + (size_t)(p.frame_jobs + p.main_ctas) * p.ne;
+    p.s1 = p.gram + (size_t)K * K;
+    p.ok = (int *)(p.s1 + K);
     p.stats = stats;
     p.tma = 0;
     PFN_cuTensorMapEncodeTiled_v12000 encode = p.tma_geometry && (uintptr_t)p.src % 16 == 0 ? cf_tmap_encoder() : NULL;
@@ -773,7 +801,7 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     cf_status_t st = gram_set_attr(false);
     if (st != CF_STATUS_SUCCESS)
         return st;
-    const int grid = p.frame_ctas + p.main_ctas;
+    const int grid = p.main_ctas;
     cf::cf_gram_kernel<<<grid, CF_GRAM_THREADS, smem, stream>>>(p);
     if (cudaGetLastError() != cudaSuccess) { /* e.g. a cudaDeviceReset cleared the attribute: set it, once more */
         st = gram_set_attr(true);
@@ -784,16 +812,14 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     }
     cf::cf_gram_sum_kernel<<<(unsigned)((p.ne + 7) / 8), 256, 0, stream>>>(p);
     CF_CUDA_TRY(cudaGetLastError());
-    const int K = p.cin * CF_GRAM_KH * CF_GRAM_KW;
     const size_t stats_smem = (size_t)(K * K + K + (512 / 32) * 4 * K) * sizeof(double);
     cf::cf_gram_stats_kernel<<<1, 512, stats_smem, stream>>>(p);
     CF_CUDA_TRY(cudaGetLastError());
     if (cf_verbose("launch"))
         fprintf(stderr,
-                "convfuse: launch: batch-norm statistics from the input Gram (main CTAs=%d x %d bands of %d rows, staged "
-                "by %s, frame CTAs=%d, smem=%zu); the direct statistics pass runs only if the device-side guard refuses "
-                "them\n",
-                p.main_ctas, p.bands_per_cta, p.rb, p.tma ? "TMA" : "copies", p.frame_ctas, smem);
+                "convfuse: launch: batch-norm statistics from the input Gram (CTAs=%d, bands of %d rows staged by %s, "
+                "frame jobs=%d, smem=%zu); the direct statistics pass runs only if the device-side guard refuses them\n",
+                p.main_ctas, p.rb, p.tma ? "TMA" : "copies", p.frame_jobs, smem);
     if (cf_verbose("gram")) { /* debugging only: waits for the device to report its decision */
         int flag[2] = {0, 0};
         CF_CUDA_TRY(cudaStreamSynchronize(stream));

@@ -35,7 +35,7 @@
 #define CF_GRAM_CORE ((CF_GRAM_KH - 1) * (2 * CF_GRAM_KW - 1) + (CF_GRAM_KW - 1)) /* the core x core class */
 #define CF_GRAM_MAX_CIN 8
 #define CF_GRAM_THREADS 256
-#define CF_GRAM_MAX_CTAS 8192 /* CTAs of the Gram pass (the class table of the sum kernel) */
+#define CF_GRAM_MAX_ROWS 8192 /* rows of partial sums (the class table of the sum kernel) */
 #define CF_GRAM_KAPPA 256.0 /* the guard's bound on the cancellation ratio (docs/kb2_73.md) */
 
 struct cf_gram_params {
@@ -50,14 +50,17 @@ struct cf_gram_params {
     int ne;    /* entries per class: cinp^2 * EO second moments, then cinp first moments */
     int lanes; /* (cinp/2)^2 lanes per row slot */
     int slots; /* row slots per CTA, CF_GRAM_THREADS / lanes */
-    /* main CTAs: image n, bands [band0, band0 + bands_per_cta) of rb core rows each */
-    int rb, bands, bands_per_cta, ctas_per_image, main_ctas;
+    /* CTA m: core rows [R m / main_ctas, R (m+1) / main_ctas) of the batch's R = N (OH - kh + 1), in bands of at
+     * most rb rows within an image; then frame job m, if m < frame_jobs */
+    int rb, main_ctas;
     int c0, c1; /* 4-column chunks [c0, c1] cover the core columns [kw-1, OW) */
     int ls, cs; /* shared row stride (floats; column v at 4 + v) and channel stride (= 4 mod 16: conflict-free) */
-    int frame_ctas;
-    int cls_first[CF_GRAM_NCLS], cls_count[CF_GRAM_NCLS]; /* CTAs of each class (the core class: the main CTAs) */
-    double *part;   /* [CTA][ne] */
-    double *sums;   /* [tap window][ne]: the entry summed over the classes inside the window */
+    int frame_jobs;
+    /* jobs of each frame class, [cls_first, + cls_count); the core class: the main CTAs */
+    int cls_first[CF_GRAM_NCLS], cls_count[CF_GRAM_NCLS];
+    double *part;   /* [main_ctas + frame_jobs][ne]: each CTA's core sums, then each frame job's */
+    double *gram;   /* [K][K], K = C_in kh kw: sum over the pixels of x'_k x'_l (patch entries k, l) */
+    double *s1;     /* [K]: sum over the pixels of x'_k */
     float *stats;   /* (count, mean, M2) per channel: block 0 of the statistics buffer */
     int *ok;        /* 1: the statistics stand; 0: the direct pass computes them */
     int bn;         /* the batch norm's chain index: ops [0, bn) are per-channel affine, folded with the bias */
