@@ -500,6 +500,7 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
     for (int k = threadIdx.x; k < K; k += blockDim.x)
         s1[k] = p.s1[k];
     __syncthreads();
+#pragma unroll 4
     for (int idx = threadIdx.x; idx < K * K; idx += blockDim.x) {
         const int k = idx / K, l = idx - k * K;
         cov[idx] = (p.gram[idx] - s1[k] * s1[l] * inv_count) * inv_count;
@@ -676,6 +677,8 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     const long long rows = (long long)p->n * core_rows;
     const long long want = 2LL * (plan->device_sm_count > 0 ? plan->device_sm_count : 132);
     p->main_ctas = (int)(rows < want * 4 ? (rows + 3) / 4 : want); /* at least ~4 rows each */
+    if (p->main_ctas < CF_GRAM_NCLS - 1)
+        p->main_ctas = CF_GRAM_NCLS - 1; /* every frame class takes one job at least */
     /* frame jobs: slices of one class each, as many as fit one per main CTA (the smallest slice size that does) */
     long long frame_total = 0, per_class[CF_GRAM_NCLS];
     for (int k = 0; k < CF_GRAM_NCLS; ++k) {
@@ -684,7 +687,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
         per_class[k] = k == CF_GRAM_CORE ? 0 : r * c * p->n;
         frame_total += per_class[k];
     }
-    long long q = frame_total / p->main_ctas + 1;
+    long long q = frame_total / p->main_ctas + 1; /* grows to the largest class at most, where jobs = classes */
     for (;; q += q / 8 + 1) {
         long long jobs = 0;
         for (int k = 0; k < CF_GRAM_NCLS; ++k)
