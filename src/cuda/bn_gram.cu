@@ -122,30 +122,36 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
     const int nq = (p.w + 3) / 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
     /* chunks wholly inside the core columns [kw-1, OW) take no mask */
     const int cin0 = (GKW - 1 + 3) / 4, cin1 = (p.ow - 4) / 4;
-    uint32_t phase = 0;
     /* this CTA's share of the batch's core rows, in bands of at most rb rows within one image */
-    for (int rr = (int)(rows * m / p.main_ctas); rr < r_end;) {
+    const int r_begin = (int)(rows * m / p.main_ctas);
+    const size_t buf_floats = (size_t)p.cinp * p.cs;
+    auto issue = [&](int rr, int buf) { /* one box: rows [ub, ub + rb + kh - 1) of every channel, columns [-4, ls - 4),
+                                           zeros outside the image; coordinates in the map's order x, row, channel, n */
+        const int n = rr / core_rows, ub = GKH - 1 + rr - n * core_rows;
+        ig_tma_load(&p.tmap, (uint32_t)__cvta_generic_to_shared(sm + buf * buf_floats), bar + 8 * buf,
+                    (uint32_t)(p.ls * (p.rb + GKH - 1) * p.cin * 4), -4, ub, 0, n);
+    };
+    if (p.tma && threadIdx.x == 0 && r_begin < r_end)
+        issue(r_begin, 0);
+    uint32_t phases = 0; /* bit b: the parity to wait for on buffer b */
+    for (int rr = r_begin, bi = 0; rr < r_end; ++bi) {
         const int n = rr / core_rows, row0 = rr - n * core_rows;
         const int cnt = min(p.rb, min(core_rows - row0, r_end - rr));
         rr += cnt;
         const float *img = p.src + (size_t)n * p.cin * hw;
         const int ub = GKH - 1 + row0, ue = ub + cnt, nrows = cnt + GKH - 1;
-        fence_proxy_async(); /* this thread's reads and shift stores of the last band -> the next copy (async proxy) */
-        __syncthreads();
+        const int buf = p.tma ? bi & 1 : 0;
+        float *smb = sm + buf * buf_floats;
         if (p.tma) {
-            /* one box: rows [ub, ub + rb + kh - 1) of every channel, columns [-4, ls - 4), zeros outside the image;
-               ig_tma_load's coordinates are the map's dimensions in order: x, row, channel, image */
-            if (threadIdx.x == 0)
-                ig_tma_load(&p.tmap, (uint32_t)__cvta_generic_to_shared(sm), bar,
-                            (uint32_t)(p.ls * (p.rb + GKH - 1) * p.cin * 4), -4, ub, 0, n);
-            ig_mbar_wait(bar, phase);
-            phase ^= 1;
+            /* double buffered: this band landed while the last one was computed; the next is issued below */
+            ig_mbar_wait(bar + 8 * buf, phases >> buf & 1);
+            phases ^= 1u << buf;
             /* the shift: every staged value, the zeros outside the image too (a product with one of those always
                has a masked, zero, first factor: only the core columns are first factors) */
             const int per = nrows * p.ls / 4;
             for (int c = 0; c < p.cin; ++c) {
                 const float s = shift[c];
-                float4 *row = reinterpret_cast<float4 *>(sm + (size_t)c * p.cs);
+                float4 *row = reinterpret_cast<float4 *>(smb + (size_t)c * p.cs);
                 for (int i = threadIdx.x; i < per; i += blockDim.x) {
                     float4 x = row[i];
                     x.x -= s;
@@ -155,11 +161,16 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
                     row[i] = x;
                 }
             }
+            fence_proxy_async(); /* this thread's accesses of the other buffer (last band) -> the copy into it */
+            __syncthreads();
+            if (threadIdx.x == 0 && rr < r_end)
+                issue(rr, buf ^ 1);
         } else {
+            __syncthreads(); /* the previous band's rows are read */
             /* the rows' data quads (columns [0, 4 nq)); the guard quads around them stay zero (set at CTA start) */
             for (int c = 0; c < p.cin; ++c)
                 for (int r = warp; r < nrows; r += nwarp) {
-                    float *dst = sm + (size_t)c * p.cs + r * p.ls + 4;
+                    float *dst = smb + (size_t)c * p.cs + r * p.ls + 4;
                     const float *src = img + (size_t)c * hw + (size_t)(ub + r) * p.w;
                     if (vec) {
                         for (int q = lane; q < nq; q += 32)
@@ -174,7 +185,7 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
             for (int c = 0; c < p.cin; ++c) {
                 const float s = shift[c];
                 for (int r = warp; r < nrows; r += nwarp) {
-                    float *dst = sm + (size_t)c * p.cs + r * p.ls + 4;
+                    float *dst = smb + (size_t)c * p.cs + r * p.ls + 4;
                     for (int q = lane; q < nq; q += 32) {
                         float4 x = *reinterpret_cast<float4 *>(dst + 4 * q);
                         const int v = 4 * q;
@@ -186,14 +197,14 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
                     }
                 }
             }
+            __syncthreads();
         }
-        __syncthreads();
         if (g >= p.slots)
             continue;
         for (int u = ub + g; u < ue; u += p.slots) {
             const int r = u - ub;
-            const float *a0 = sm + (size_t)(2 * cig) * p.cs + r * p.ls + 4, *a1 = a0 + p.cs;
-            const float *b = sm + (size_t)cj * p.cs + r * p.ls + 4;
+            const float *a0 = smb + (size_t)(2 * cig) * p.cs + r * p.ls + 4, *a1 = a0 + p.cs;
+            const float *b = smb + (size_t)cj * p.cs + r * p.ls + 4;
             float4 win[GKH][3];
             auto start = [&](int c) { /* the windows' quads c-1 and c into slots 0 and 1 */
 #pragma unroll
@@ -273,62 +284,49 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
     const int hw = p.h * p.w; /* C_in * H * W < 2^31: offsets within an image are 32-bit */
     const bool cj_in = cj < p.cin;
     const float sj = cj_in ? shift[cj] : 0.f;
-    float bw[GKH][2 * GKW - 1]; /* partners x'(cj, u + oy, v + ox - (kw-1)) */
     int n = t0 / per, rem = t0 - n * per, u = u0 + rem / nc, v = v0 + rem % nc;
     const float *img = p.src + (size_t)n * p.cin * hw;
-    int slide = 0; /* 0: load the window, 1: one column on, 2: one row on */
-    for (int t = t0; t < t1; ++t) {
-        const float *bj = img + cj * hw;
-        auto load = [&](int uu, int vv) {
-            return (cj_in && uu < p.h && vv >= 0 && vv < p.w) ? __ldg(bj + uu * p.w + vv) - sj : 0.f;
-        };
-        if (slide == 1) {
+    /* FG positions at a time, every load issued before the products: the loads' latency, not their number, is what
+       a frame warp waits on */
+    constexpr int FG = 2;
+    for (int t = t0; t < t1; t += FG) {
+        float a[FG][2], bw[FG][GEO];
 #pragma unroll
-            for (int oy = 0; oy < GKH; ++oy) {
+        for (int q = 0; q < FG; ++q) {
+            const bool live = t + q < t1;
+            const float *bj = img + cj * hw;
 #pragma unroll
-                for (int x = 0; x < 2 * GKW - 2; ++x)
-                    bw[oy][x] = bw[oy][x + 1];
-                bw[oy][2 * GKW - 2] = load(u + oy, v + GKW - 1);
+            for (int i = 0; i < 2; ++i) {
+                const int ci = 2 * cig + i;
+                a[q][i] = live && ci < p.cin ? __ldg(img + ci * hw + u * p.w + v) - shift[ci] : 0.f;
             }
-        } else if (slide == 2) {
 #pragma unroll
             for (int oy = 0; oy < GKH; ++oy)
 #pragma unroll
-                for (int x = 0; x < 2 * GKW - 1; ++x)
-                    bw[oy][x] = oy + 1 < GKH ? bw[oy + 1][x] : load(u + oy, v + x - (GKW - 1));
-        } else {
-#pragma unroll
-            for (int oy = 0; oy < GKH; ++oy)
-#pragma unroll
-                for (int x = 0; x < 2 * GKW - 1; ++x)
-                    bw[oy][x] = load(u + oy, v + x - (GKW - 1));
-        }
-        float a[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int ci = 2 * cig + i;
-            a[i] = ci < p.cin ? __ldg(img + ci * hw + u * p.w + v) - shift[ci] : 0.f;
-            acc.f[i] += a[i];
-        }
-#pragma unroll
-        for (int oy = 0; oy < GKH; ++oy)
-#pragma unroll
-            for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox)
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-                    acc.s[i][gram_oidx(oy, ox)] = fmaf(a[i], bw[oy][ox + GKW - 1], acc.s[i][gram_oidx(oy, ox)]);
-        /* the next position: along the row, then down the class's rows, then the next image */
-        if (++v < v1) {
-            slide = 1;
-        } else {
-            v = v0;
-            slide = nc == 1 ? 2 : 0;
-            if (++u == u1) {
-                u = u0;
-                slide = 0;
-                img += (size_t)p.cin * hw;
+                for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox) {
+                    const int uu = u + oy, vv = v + ox;
+                    bw[q][gram_oidx(oy, ox)] = (live && cj_in && uu < p.h && vv >= 0 && vv < p.w)
+                                                   ? __ldg(bj + uu * p.w + vv) - sj
+                                                   : 0.f;
+                }
+            /* the next position: along the row, then down the class's rows, then the next image */
+            if (++v == v1) {
+                v = v0;
+                if (++u == u1) {
+                    u = u0;
+                    img += (size_t)p.cin * hw;
+                }
             }
         }
+#pragma unroll
+        for (int q = 0; q < FG; ++q)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                acc.f[i] += a[q][i];
+#pragma unroll
+                for (int o = 0; o < GEO; ++o)
+                    acc.s[i][o] = fmaf(a[q][i], bw[q][o], acc.s[i][o]);
+            }
     }
 }
 
@@ -367,8 +365,10 @@ __device__ void gram_flush(const cf_gram_params &p, float *sm, int g, int cig, i
 __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __grid_constant__ cf_gram_params p)
 {
     extern __shared__ float4 gram_smem_raw[];
-    /* 128-byte aligned (the TMA destination) */
-    float4 *gram_smem = reinterpret_cast<float4 *>((reinterpret_cast<uintptr_t>(gram_smem_raw) + 127) & ~(uintptr_t)127);
+    /* 128-byte aligned (the TMA destination), by an offset from the shared array itself: a pointer rebuilt from an
+     * integer loses its address space, and the loads through it were generic LD instead of LDS */
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(gram_smem_raw);
+    float4 *gram_smem = gram_smem_raw + ((128 - (raw & 127)) & 127) / 16;
     float *sm = reinterpret_cast<float *>(gram_smem);
     __shared__ float shift[CF_GRAM_MAX_CIN];
     gram_shifts(p, shift);
@@ -383,15 +383,17 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
             acc.s[i][o] = 0.f;
     }
     const int b = blockIdx.x;
-    __shared__ alignas(8) uint64_t bar_mem;
-    const uint32_t bar = (uint32_t)__cvta_generic_to_shared(&bar_mem);
+    __shared__ alignas(8) uint64_t bar_mem[2]; /* one per staging buffer */
+    const uint32_t bar = (uint32_t)__cvta_generic_to_shared(bar_mem);
     if (p.tma) {
         if (threadIdx.x == 0) {
             ig_mbar_init(bar, 1);
+            ig_mbar_init(bar + 8, 1);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
-        for (int i = p.cin * p.cs / 4 + threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
-            gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f); /* the padding channel (odd C_in) */
+        for (int buf = 0; buf < 2; ++buf) /* the padding channel (odd C_in), which the boxes do not cover */
+            for (int i = p.cin * p.cs / 4 + threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
+                gram_smem[buf * p.cinp * p.cs / 4 + i] = make_float4(0.f, 0.f, 0.f, 0.f);
     } else { /* the guard quads, rows past the data and the padding channel stay zero */
         for (int i = threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
             gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -426,6 +428,11 @@ __host__ __device__ inline int gram_class_windows(int k)
 __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant__ cf_gram_params p)
 {
     __shared__ short windows_of[CF_GRAM_MAX_ROWS]; /* per row of partials: the windows of its class */
+    if (blockIdx.x == 0 && threadIdx.x == 0) { /* the stats kernel's flags (it runs next) */
+        p.ok[0] = 1;
+        p.ok[1] = 0;
+        p.ok[2] = 0;
+    }
     const int nblocks = p.main_ctas + p.frame_jobs;
     for (int k = 0; k < CF_GRAM_NCLS; ++k) {
         const int mask = gram_class_windows(k);
@@ -478,19 +485,21 @@ __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant_
         p.gram[(size_t)l * K + k] = mine;
 }
 
-/* One block: the patch covariance, then per channel mean, variance and the guard, written as one (count, mean, M2)
- * block; where every channel passes, also the batch norm's scale/shift and running statistics (the finalize kernel
- * then returns at once). Each warp takes 4 channels per pass over the covariance, its lanes over its columns
- * (consecutive doubles: no bank conflicts). */
-__global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constant__ cf_gram_params p)
+/* The patch covariance, then per channel mean, variance and the guard, written as one (count, mean, M2) block; CPW
+ * channels per warp per pass over the covariance, the lanes over its columns (consecutive doubles: no bank
+ * conflicts), CF_GRAM_STATS_WARPS * CPW channels per block. The last block to finish (a ticket) finishes the batch
+ * norm itself (scale/shift, running statistics) where every channel passed the guard; the finalize kernel then
+ * returns at once. p.ok: [0] all passed (set to 1 by the sum kernel), [1] the largest ratio, [2] the ticket. */
+#define CF_GRAM_STATS_WARPS 8
+__global__ void __launch_bounds__(CF_GRAM_STATS_WARPS * 32) cf_gram_stats_kernel(const __grid_constant__ cf_gram_params p)
 {
-    extern __shared__ double gram_cov[]; /* [K][K] covariance, [K] first-moment sums, [warps][4][K] weights */
+    constexpr int CPW = 2, LPL = (CF_GRAM_MAX_CIN * GKH * GKW + 31) / 32; /* channels per warp, columns per lane */
+    extern __shared__ double gram_cov[]; /* [K][K] covariance, [K] first-moment sums, [warps][CPW][K] weights */
     __shared__ float shift[CF_GRAM_MAX_CIN];
-    __shared__ int all_ok;
+    __shared__ int all_ok, last;
     __shared__ float worst;
     const int taps = GKH * GKW, K = p.cin * taps;
-    double *cov = gram_cov, *s1 = gram_cov + K * K;
-    double *wall = s1 + K;
+    double *cov = gram_cov, *s1 = gram_cov + K * K, *wall = s1 + K;
     const double count = (double)p.n * p.oh * p.ow, inv_count = 1.0 / count;
     if (threadIdx.x == 0) {
         all_ok = 1;
@@ -506,11 +515,10 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
         cov[idx] = (p.gram[idx] - s1[k] * s1[l] * inv_count) * inv_count;
     }
     __syncthreads();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
-    constexpr int CPW = 4, LPL = (CF_GRAM_MAX_CIN * GKH * GKW + 31) / 32; /* channels per warp, columns per lane */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     double *wb = wall + (size_t)warp * CPW * K;
-    for (int c0 = warp * CPW; c0 < p.cout; c0 += nwarp * CPW) {
-        __syncwarp();
+    const int c0 = (blockIdx.x * CF_GRAM_STATS_WARPS + warp) * CPW;
+    if (c0 < p.cout) {
         for (int i = lane; i < CPW * K; i += 32)
             wb[i] = c0 + i / K < p.cout ? (double)p.wei[(size_t)c0 * K + i] : 0.0;
         __syncwarp();
@@ -549,37 +557,44 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
                 bound[cc] += __shfl_xor_sync(0xffffffffu, bound[cc], o);
             }
         }
-        if (lane >= CPW || c0 + lane >= p.cout)
-            continue;
-        double qc = q[0], mc = m[0], bc = bound[0];
+        if (lane < CPW && c0 + lane < p.cout) {
+            double qc = q[0], mc = m[0], bc = bound[0];
 #pragma unroll
-        for (int cc = 1; cc < CPW; ++cc)
-            if (lane == cc) {
-                qc = q[cc];
-                mc = m[cc];
-                bc = bound[cc];
-            }
-        const int c = c0 + lane;
-        double a = 1.0, b = p.bia ? (double)p.bia[c] : 0.0; /* the bias and the affine ops before the batch norm */
-        for (int o = 0; o < p.bn; ++o)
-            cf_epi_fold_affine(p.op[o], c, &a, &b);
-        const double mean = a * mc + b, var = a * a * qc;
-        const bool ok = qc > 0 && bc * bc <= CF_GRAM_KAPPA * qc && isfinite(mean) && isfinite(var);
-        if (!ok)
-            all_ok = 0;
-        const float ratio = qc > 0 ? (float)(bc * bc / qc) : INFINITY; /* positive: ordered as int bits */
-        atomicMax(reinterpret_cast<int *>(&worst), __float_as_int(ratio != ratio ? INFINITY : ratio));
-        float *st = p.stats + (size_t)c * 3;
-        st[0] = __int_as_float((int)count);
-        st[1] = (float)mean;
-        st[2] = (float)(var * count);
+            for (int cc = 1; cc < CPW; ++cc)
+                if (lane == cc) {
+                    qc = q[cc];
+                    mc = m[cc];
+                    bc = bound[cc];
+                }
+            const int c = c0 + lane;
+            double a = 1.0, b = p.bia ? (double)p.bia[c] : 0.0; /* the bias and the affine ops before the batch norm */
+            for (int o = 0; o < p.bn; ++o)
+                cf_epi_fold_affine(p.op[o], c, &a, &b);
+            const double mean = a * mc + b, var = a * a * qc;
+            const bool ok = qc > 0 && bc * bc <= CF_GRAM_KAPPA * qc && isfinite(mean) && isfinite(var);
+            if (!ok)
+                all_ok = 0;
+            const float ratio = qc > 0 ? (float)(bc * bc / qc) : INFINITY; /* positive: ordered as int bits */
+            atomicMax(reinterpret_cast<int *>(&worst), __float_as_int(ratio != ratio ? INFINITY : ratio));
+            float *st = p.stats + (size_t)c * 3;
+            st[0] = __int_as_float((int)count);
+            st[1] = (float)mean;
+            st[2] = (float)(var * count);
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        p.ok[0] = all_ok;
-        p.ok[1] = __float_as_int(worst); /* for CONVFUSE_VERBOSE=gram */
+        if (!all_ok)
+            atomicAnd(&p.ok[0], 0);
+        atomicMax(&p.ok[1], __float_as_int(worst));
+        __threadfence(); /* this block's statistics and flags before its ticket */
+        last = atomicAdd(&p.ok[2], 1) == (int)gridDim.x - 1;
     }
-    if (!all_ok)
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    if (!__ldcg(&p.ok[0]))
         return; /* the direct pass and cf_bn_finalize_kernel take over */
     __shared__ double factor;
     if (threadIdx.x == 0)
@@ -587,7 +602,8 @@ __global__ void __launch_bounds__(512) cf_gram_stats_kernel(const __grid_constan
     __syncthreads();
     for (int c = threadIdx.x; c < p.cout; c += blockDim.x) {
         const float *st = p.stats + (size_t)c * 3;
-        cf_bn_finish_channel(c, count, st[1], st[2], factor, p.eps, p.gamma, p.beta, p.rm, p.rv, p.scale, p.shift);
+        cf_bn_finish_channel(c, count, __ldcg(st + 1), __ldcg(st + 2), factor, p.eps, p.gamma, p.beta, p.rm, p.rv,
+                             p.scale, p.shift);
     }
 }
 
@@ -652,14 +668,17 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     const int ls_min = 4 * (p->c1 + 3); /* guard quad, the chunks, the last chunk's next quad */
     int ls_tma = ls_min + ((ls_min / 4) % 2 == 0 ? 4 : 0);
     p->tma_geometry = p->w % 4 == 0 && ls_tma <= 256;
-    if (p->tma_geometry) {
+    if (p->tma_geometry) { /* two buffers: the next band lands while this one is computed */
         p->ls = ls_tma;
-        for (p->rb = 15;; p->rb = (p->rb - 1) / 2) { /* rows 17, 9, 5, 3: odd */
+        for (p->rb = 7;; p->rb = (p->rb - 1) / 2) { /* rows 9, 5, 3: odd */
             p->cs = (p->rb + CF_GRAM_KH - 1) * p->ls;
-            if ((size_t)p->cinp * p->cs * 4 <= limit || p->rb == 1)
+            if ((size_t)2 * p->cinp * p->cs * 4 <= limit || p->rb == 1)
                 break;
         }
-    } else {
+        if ((size_t)2 * p->cinp * p->cs * 4 > limit)
+            p->tma_geometry = 0;
+    }
+    if (!p->tma_geometry) {
         p->ls = 4 + 4 * (p->c1 + 2);
         for (p->rb = 16;; p->rb /= 2) {
             p->cs = (p->rb + CF_GRAM_KH - 1) * p->ls;
@@ -714,7 +733,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
 
 static size_t gram_smem_bytes(const cf_gram_params *p)
 {
-    const size_t stage = (size_t)p->cinp * p->cs * 4, red = (size_t)p->slots * p->ne * 4;
+    const size_t stage = (size_t)(p->tma_geometry ? 2 : 1) * p->cinp * p->cs * 4, red = (size_t)p->slots * p->ne * 4;
     return 128 + (stage > red ? stage : red); /* + the alignment of the TMA destination */
 }
 
@@ -738,7 +757,7 @@ size_t cf_gram_workspace_bytes(const struct cf_plan *plan, int bn)
     if (bn < 0 || !gram_geometry(plan, bn, &p, why, sizeof why))
         return 0;
     const size_t K = (size_t)p.cin * CF_GRAM_KH * CF_GRAM_KW;
-    return ((size_t)(p.frame_jobs + p.main_ctas) * p.ne + K * K + K) * sizeof(double) + 2 * sizeof(int);
+    return ((size_t)(p.frame_jobs + p.main_ctas) * p.ne + K * K + K) * sizeof(double) + 3 * sizeof(int);
 }
 
 static std::mutex gram_mu;
@@ -815,8 +834,9 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     }
     cf::cf_gram_sum_kernel<<<(unsigned)((p.ne + 7) / 8), 256, 0, stream>>>(p);
     CF_CUDA_TRY(cudaGetLastError());
-    const size_t stats_smem = (size_t)(K * K + K + (512 / 32) * 4 * K) * sizeof(double);
-    cf::cf_gram_stats_kernel<<<1, 512, stats_smem, stream>>>(p);
+    const size_t stats_smem = (size_t)(K * K + K + CF_GRAM_STATS_WARPS * 2 * K) * sizeof(double);
+    const int per_block = CF_GRAM_STATS_WARPS * 2;
+    cf::cf_gram_stats_kernel<<<(p.cout + per_block - 1) / per_block, CF_GRAM_STATS_WARPS * 32, stats_smem, stream>>>(p);
     CF_CUDA_TRY(cudaGetLastError());
     if (cf_verbose("launch"))
         fprintf(stderr,

@@ -62,7 +62,8 @@ struct cf_gram_params {
     double *gram;   /* [K][K], K = C_in kh kw: sum over the pixels of x'_k x'_l (patch entries k, l) */
     double *s1;     /* [K]: sum over the pixels of x'_k */
     float *stats;   /* (count, mean, M2) per channel: block 0 of the statistics buffer */
-    int *ok;        /* 1: the statistics stand; 0: the direct pass computes them */
+    int *ok;        /* [0] 1: the statistics stand, 0: the direct pass computes them; [1] the largest cancellation
+                       ratio (float bits); [2] the stats kernel's ticket */
     int bn;         /* the batch norm's chain index: ops [0, bn) are per-channel affine, folded with the bias */
     struct cf_ig_op op[CF_CHAIN_MAX_OPS];
     /* the batch norm itself, finished here when the statistics stand (as cf_bn_finalize_kernel would) */
