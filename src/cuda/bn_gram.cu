@@ -129,7 +129,7 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
                                            zeros outside the image; coordinates in the map's order x, row, channel, n */
         const int n = rr / core_rows, ub = GKH - 1 + rr - n * core_rows;
         ig_tma_load(&p.tmap, (uint32_t)__cvta_generic_to_shared(sm + buf * buf_floats), bar + 8 * buf,
-                    (uint32_t)(p.ls * (p.rb + GKH - 1) * p.cin * 4), -4, ub, 0, n);
+                    (uint32_t)(p.ls * p.box_rows * p.cin * 4), -4, ub, 0, n);
     };
     if (p.tma && threadIdx.x == 0 && r_begin < r_end)
         issue(r_begin, 0);
@@ -140,10 +140,16 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
         rr += cnt;
         const float *img = p.src + (size_t)n * p.cin * hw;
         const int ub = GKH - 1 + row0, ue = ub + cnt, nrows = cnt + GKH - 1;
-        const int buf = p.tma ? bi & 1 : 0;
+        const int buf = p.tma && p.bufs == 2 ? bi & 1 : 0;
         float *smb = sm + buf * buf_floats;
         if (p.tma) {
             /* double buffered: this band landed while the last one was computed; the next is issued below */
+            if (p.bufs == 1 && bi > 0) {
+                fence_proxy_async(); /* this thread's accesses of the buffer (last band) -> the copy into it */
+                __syncthreads();
+                if (threadIdx.x == 0)
+                    issue(rr - cnt, 0);
+            }
             ig_mbar_wait(bar + 8 * buf, phases >> buf & 1);
             phases ^= 1u << buf;
             /* the shift: every staged value, the zeros outside the image too (a product with one of those always
@@ -163,7 +169,7 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
             }
             fence_proxy_async(); /* this thread's accesses of the other buffer (last band) -> the copy into it */
             __syncthreads();
-            if (threadIdx.x == 0 && rr < r_end)
+            if (p.bufs == 2 && threadIdx.x == 0 && rr < r_end)
                 issue(rr, buf ^ 1);
         } else {
             __syncthreads(); /* the previous band's rows are read */
@@ -199,7 +205,7 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
             }
             __syncthreads();
         }
-        if (g >= p.slots)
+        if (g >= p.slots || (p.debug & 2))
             continue;
         for (int u = ub + g; u < ue; u += p.slots) {
             const int r = u - ub;
@@ -402,7 +408,7 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
     /* the core rows, then this CTA's frame job: each summed into its own row of partials */
     gram_main(p, sm, bar, shift, b, g, cig, cj, acc);
     gram_flush(p, sm, g, cig, cj, acc, b);
-    if (b < p.frame_jobs) {
+    if (b < p.frame_jobs && !(p.debug & 1)) {
         gram_frame(p, shift, b, cig, cj, acc);
         gram_flush(p, sm, g, cig, cj, acc, p.main_ctas + b);
     }
@@ -611,6 +617,15 @@ __global__ void __launch_bounds__(CF_GRAM_STATS_WARPS * 32) cf_gram_stats_kernel
 
 /* ---- host ---- */
 
+static int env_int_range(const char *name, int dflt, int lo, int hi)
+{
+    const char *e = getenv(name);
+    if (!e || !*e)
+        return dflt;
+    const int v = atoi(e);
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
 static int gram_env(void)
 {
     const char *env = getenv("CONVFUSE_BN_STATS");
@@ -668,14 +683,18 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     const int ls_min = 4 * (p->c1 + 3); /* guard quad, the chunks, the last chunk's next quad */
     int ls_tma = ls_min + ((ls_min / 4) % 2 == 0 ? 4 : 0);
     p->tma_geometry = p->w % 4 == 0 && ls_tma <= 256;
-    if (p->tma_geometry) { /* two buffers: the next band lands while this one is computed */
+    /* TMA: rb core rows + kh - 1 partner rows per band, the box's rows made odd; one buffer (two CTAs per SM: one
+     * stages while the other computes) or two (CONVFUSE_GRAM_BUFS=2: the next band lands during this one's products) */
+    p->bufs = env_int_range("CONVFUSE_GRAM_BUFS", 1, 1, 2);
+    if (p->tma_geometry) {
         p->ls = ls_tma;
-        for (p->rb = 7;; p->rb = (p->rb - 1) / 2) { /* rows 9, 5, 3: odd */
-            p->cs = (p->rb + CF_GRAM_KH - 1) * p->ls;
-            if ((size_t)2 * p->cinp * p->cs * 4 <= limit || p->rb == 1)
+        for (p->rb = env_int_range("CONVFUSE_GRAM_RB", 16, 1, 64);; p->rb = (p->rb + 1) / 2) {
+            p->box_rows = (p->rb + CF_GRAM_KH - 1) | 1;
+            p->cs = p->box_rows * p->ls;
+            if ((size_t)p->bufs * p->cinp * p->cs * 4 <= (p->bufs == 2 ? 2 : 1) * limit || p->rb == 1)
                 break;
         }
-        if ((size_t)2 * p->cinp * p->cs * 4 > limit)
+        if ((size_t)p->bufs * p->cinp * p->cs * 4 > (p->bufs == 2 ? 2 : 1) * limit)
             p->tma_geometry = 0;
     }
     if (!p->tma_geometry) {
@@ -733,7 +752,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
 
 static size_t gram_smem_bytes(const cf_gram_params *p)
 {
-    const size_t stage = (size_t)(p->tma_geometry ? 2 : 1) * p->cinp * p->cs * 4, red = (size_t)p->slots * p->ne * 4;
+    const size_t stage = (size_t)(p->tma_geometry ? p->bufs : 1) * p->cinp * p->cs * 4, red = (size_t)p->slots * p->ne * 4;
     return 128 + (stage > red ? stage : red); /* + the alignment of the TMA destination */
 }
 
@@ -771,7 +790,7 @@ static cf_status_t gram_set_attr(bool force)
     if (!force && gram_attr_dev == dev)
         return CF_STATUS_SUCCESS;
     CF_CUDA_TRY(cudaFuncSetAttribute((const void *)cf::cf_gram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     112 * 1024));
+                                     224 * 1024));
     CF_CUDA_TRY(cudaFuncSetAttribute((const void *)cf::cf_gram_stats_kernel,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
     gram_attr_dev = dev;
@@ -799,6 +818,7 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     p.s1 = p.gram + (size_t)K * K;
     p.ok = (int *)(p.s1 + K);
     p.stats = stats;
+    p.debug = env_int_range("CONVFUSE_GRAM_DEBUG", 0, 0, 3); /* timing only: 1 no frame jobs, 2 no core products */
     p.tma = 0;
     PFN_cuTensorMapEncodeTiled_v12000 encode = p.tma_geometry && (uintptr_t)p.src % 16 == 0 ? cf_tmap_encoder() : NULL;
     if (encode) {

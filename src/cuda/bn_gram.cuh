@@ -44,6 +44,9 @@ struct cf_gram_params {
     CUtensorMap tmap;
     int tma;          /* the map is set: stage by TMA (else cp.async / plain copies) */
     int tma_geometry; /* the layout admits the TMA box (W a multiple of 4, ls and rows as below) */
+    int box_rows;     /* rows per box: rb + kh - 1, made odd */
+    int bufs;         /* staging buffers (TMA): 1 or 2 */
+    int debug;        /* CONVFUSE_GRAM_DEBUG, for timing the parts: 1 skips the frame jobs, 2 the core products */
     const float *src, *wei, *bia;
     int n, cin, h, w, cout, oh, ow;
     int cinp;  /* C_in rounded up to even: a lane owns 2 x 2 channel pairs */
