@@ -824,7 +824,7 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     if (encode) {
         const cuuint64_t dim[4] = {(cuuint64_t)p.w, (cuuint64_t)p.h, (cuuint64_t)p.cin, (cuuint64_t)p.n};
         const cuuint64_t stride[3] = {(cuuint64_t)p.w * 4, (cuuint64_t)p.h * p.w * 4, (cuuint64_t)p.cin * p.h * p.w * 4};
-        const cuuint32_t box[4] = {(cuuint32_t)p.ls, (cuuint32_t)(p.rb + CF_GRAM_KH - 1), (cuuint32_t)p.cin, 1};
+        const cuuint32_t box[4] = {(cuuint32_t)p.ls, (cuuint32_t)p.box_rows, (cuuint32_t)p.cin, 1};
         const cuuint32_t estride[4] = {1, 1, 1, 1};
         p.tma = encode(&p.tmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (void *)p.src, dim, stride, box, estride,
                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
