@@ -111,8 +111,11 @@ __device__ __forceinline__ void gram_cp16(float *dst, const float *src)
 /* Main CTA: core rows of one image, bands of rb core rows (+ kh-1 partner rows) staged in shared memory, then
  * shifted in place; each row slot (a warp) walks its rows chunk by chunk with register windows rotated through three
  * slots (no moves). Two CTAs per SM: one stages while the other computes. */
+__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int cig, int cj, gram_acc &acc, int sl,
+                           int nsl);
+
 __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, const float *shift, int m, int g, int cig,
-                          int cj, gram_acc &acc)
+                          int cj, gram_acc &acc, gram_acc &facc)
 {
     const int core_rows = p.oh - (GKH - 1);
     const long long rows = (long long)p.n * core_rows;
@@ -134,6 +137,14 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
     if (p.tma && threadIdx.x == 0 && r_begin < r_end)
         issue(r_begin, 0);
     uint32_t phases = 0; /* bit b: the parity to wait for on buffer b */
+    int nbands = 0; /* this CTA's bands: its frame job comes in as many slices */
+    for (int rr = r_begin; rr < r_end; ++nbands) {
+        const int row0 = rr % core_rows;
+        rr += min(p.rb, min(core_rows - row0, r_end - rr));
+    }
+    const bool frame = m < p.frame_jobs && !(p.debug & 1);
+    if (frame && nbands == 0)
+        gram_frame(p, shift, m, cig, cj, facc, 0, 1);
     for (int rr = r_begin, bi = 0; rr < r_end; ++bi) {
         const int n = rr / core_rows, row0 = rr - n * core_rows;
         const int cnt = min(p.rb, min(core_rows - row0, r_end - rr));
@@ -205,6 +216,8 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
             }
             __syncthreads();
         }
+        if (frame)
+            gram_frame(p, shift, m, cig, cj, facc, bi, nbands);
         if (g >= p.slots || (p.debug & 2))
             continue;
         for (int u = ub + g; u < ue; u += p.slots) {
@@ -266,7 +279,8 @@ __device__ __forceinline__ void gram_class_range(int rc, int k, int o, int *begi
 /* Frame CTA: the positions of one frame class in a slice of the batch, straight from global memory (the frame is
  * ~6% of the pixels). Each warp walks a contiguous run of positions: along a row for the border rows' core columns,
  * down a column for the core rows' edge columns, so one step loads only the partners that enter the window. */
-__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int cig, int cj, gram_acc &acc)
+__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int cig, int cj, gram_acc &acc, int sl,
+                           int nsl)
 {
     /* f: the frame job, a slice of one class */
     int k = 0;
@@ -279,8 +293,11 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
     gram_class_range(k / GNCC, GKH, p.oh, &u0, &u1);
     gram_class_range(k % GNCC, GKW, p.ow, &v0, &v1);
     const int nc = v1 - v0, per = (u1 - u0) * nc, total = per * p.n, slice = f - p.cls_first[k];
-    const int c0 = (int)((long long)total * slice / p.cls_count[k]);
-    const int c1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
+    const int j0 = (int)((long long)total * slice / p.cls_count[k]);
+    const int j1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
+    /* slice sl of nsl of the job (one after each core band: the frame's load latency overlaps the other CTA's
+       products) */
+    const int c0 = j0 + (int)((long long)(j1 - j0) * sl / nsl), c1 = j0 + (int)((long long)(j1 - j0) * (sl + 1) / nsl);
     /* this warp's part of the slice (lanes beyond p.lanes, when a warp holds several row slots, take none) */
     const int t0 = c0 + (int)((long long)(c1 - c0) * warp / nwarp), t1 = c0 + (int)((long long)(c1 - c0) * (warp + 1) / nwarp);
     if (threadIdx.x % 32 >= p.lanes && p.lanes < 32)
@@ -294,7 +311,7 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
     const float *img = p.src + (size_t)n * p.cin * hw;
     /* FG positions at a time, every load issued before the products: the loads' latency, not their number, is what
        a frame warp waits on */
-    constexpr int FG = 2;
+    constexpr int FG = 1;
     for (int t = t0; t < t1; t += FG) {
         float a[FG][2], bw[FG][GEO];
 #pragma unroll
@@ -380,13 +397,13 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
     gram_shifts(p, shift);
     const int cg = p.cinp / 2, lane = threadIdx.x % p.lanes, g = threadIdx.x / p.lanes;
     const int cig = lane % cg, cj = lane / cg;
-    gram_acc acc;
+    gram_acc acc, facc; /* the core rows' sums, the frame job's */
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-        acc.f[i] = 0.f;
+        acc.f[i] = facc.f[i] = 0.f;
 #pragma unroll
         for (int o = 0; o < GEO; ++o)
-            acc.s[i][o] = 0.f;
+            acc.s[i][o] = facc.s[i][o] = 0.f;
     }
     const int b = blockIdx.x;
     __shared__ alignas(8) uint64_t bar_mem[2]; /* one per staging buffer */
@@ -406,12 +423,10 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
     }
     __syncthreads();
     /* the core rows, then this CTA's frame job: each summed into its own row of partials */
-    gram_main(p, sm, bar, shift, b, g, cig, cj, acc);
+    gram_main(p, sm, bar, shift, b, g, cig, cj, acc, facc);
     gram_flush(p, sm, g, cig, cj, acc, b);
-    if (b < p.frame_jobs && !(p.debug & 1)) {
-        gram_frame(p, shift, b, cig, cj, acc);
-        gram_flush(p, sm, g, cig, cj, acc, p.main_ctas + b);
-    }
+    if (b < p.frame_jobs)
+        gram_flush(p, sm, g, cig, cj, facc, p.main_ctas + b);
 }
 
 /* Which tap windows R(d) hold position class k: bit dy*kw + dx */
