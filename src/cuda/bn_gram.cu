@@ -115,7 +115,7 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
                            int nsl);
 
 __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, const float *shift, int m, int g, int cig,
-                          int cj, gram_acc &acc, gram_acc &facc)
+                          int cj, gram_acc &acc)
 {
     const int core_rows = p.oh - (GKH - 1);
     const long long rows = (long long)p.n * core_rows;
@@ -137,14 +137,6 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
     if (p.tma && threadIdx.x == 0 && r_begin < r_end)
         issue(r_begin, 0);
     uint32_t phases = 0; /* bit b: the parity to wait for on buffer b */
-    int nbands = 0; /* this CTA's bands: its frame job comes in as many slices */
-    for (int rr = r_begin; rr < r_end; ++nbands) {
-        const int row0 = rr % core_rows;
-        rr += min(p.rb, min(core_rows - row0, r_end - rr));
-    }
-    const bool frame = m < p.frame_jobs && !(p.debug & 1);
-    if (frame && nbands == 0)
-        gram_frame(p, shift, m, cig, cj, facc, 0, 1);
     for (int rr = r_begin, bi = 0; rr < r_end; ++bi) {
         const int n = rr / core_rows, row0 = rr - n * core_rows;
         const int cnt = min(p.rb, min(core_rows - row0, r_end - rr));
@@ -216,8 +208,6 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
             }
             __syncthreads();
         }
-        if (frame)
-            gram_frame(p, shift, m, cig, cj, facc, bi, nbands);
         if (g >= p.slots || (p.debug & 2))
             continue;
         for (int u = ub + g; u < ue; u += p.slots) {
@@ -295,8 +285,7 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
     const int nc = v1 - v0, per = (u1 - u0) * nc, total = per * p.n, slice = f - p.cls_first[k];
     const int j0 = (int)((long long)total * slice / p.cls_count[k]);
     const int j1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
-    /* slice sl of nsl of the job (one after each core band: the frame's load latency overlaps the other CTA's
-       products) */
+    /* slice sl of nsl of the job */
     const int c0 = j0 + (int)((long long)(j1 - j0) * sl / nsl), c1 = j0 + (int)((long long)(j1 - j0) * (sl + 1) / nsl);
     /* this warp's part of the slice (lanes beyond p.lanes, when a warp holds several row slots, take none) */
     const int t0 = c0 + (int)((long long)(c1 - c0) * warp / nwarp), t1 = c0 + (int)((long long)(c1 - c0) * (warp + 1) / nwarp);
@@ -307,49 +296,62 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
     const int hw = p.h * p.w; /* C_in * H * W < 2^31: offsets within an image are 32-bit */
     const bool cj_in = cj < p.cin;
     const float sj = cj_in ? shift[cj] : 0.f;
+    float bw[GKH][2 * GKW - 1]; /* partners x'(cj, u + oy, v + ox - (kw-1)) */
     int n = t0 / per, rem = t0 - n * per, u = u0 + rem / nc, v = v0 + rem % nc;
     const float *img = p.src + (size_t)n * p.cin * hw;
-    /* FG positions at a time, every load issued before the products: the loads' latency, not their number, is what
-       a frame warp waits on */
-    constexpr int FG = 1;
-    for (int t = t0; t < t1; t += FG) {
-        float a[FG][2], bw[FG][GEO];
+    int slide = 0; /* 0: load the window, 1: one column on, 2: one row on */
+    for (int t = t0; t < t1; ++t) {
+        const float *bj = img + cj * hw;
+        auto load = [&](int uu, int vv) {
+            return (cj_in && uu < p.h && vv >= 0 && vv < p.w) ? __ldg(bj + uu * p.w + vv) - sj : 0.f;
+        };
+        if (slide == 1) {
 #pragma unroll
-        for (int q = 0; q < FG; ++q) {
-            const bool live = t + q < t1;
-            const float *bj = img + cj * hw;
+            for (int oy = 0; oy < GKH; ++oy) {
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int ci = 2 * cig + i;
-                a[q][i] = live && ci < p.cin ? __ldg(img + ci * hw + u * p.w + v) - shift[ci] : 0.f;
+                for (int x = 0; x < 2 * GKW - 2; ++x)
+                    bw[oy][x] = bw[oy][x + 1];
+                bw[oy][2 * GKW - 2] = load(u + oy, v + GKW - 1);
             }
+        } else if (slide == 2) {
 #pragma unroll
             for (int oy = 0; oy < GKH; ++oy)
 #pragma unroll
-                for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox) {
-                    const int uu = u + oy, vv = v + ox;
-                    bw[q][gram_oidx(oy, ox)] = (live && cj_in && uu < p.h && vv >= 0 && vv < p.w)
-                                                   ? __ldg(bj + uu * p.w + vv) - sj
-                                                   : 0.f;
-                }
-            /* the next position: along the row, then down the class's rows, then the next image */
-            if (++v == v1) {
-                v = v0;
-                if (++u == u1) {
-                    u = u0;
-                    img += (size_t)p.cin * hw;
-                }
-            }
+                for (int x = 0; x < 2 * GKW - 1; ++x)
+                    bw[oy][x] = oy + 1 < GKH ? bw[oy + 1][x] : load(u + oy, v + x - (GKW - 1));
+        } else {
+#pragma unroll
+            for (int oy = 0; oy < GKH; ++oy)
+#pragma unroll
+                for (int x = 0; x < 2 * GKW - 1; ++x)
+                    bw[oy][x] = load(u + oy, v + x - (GKW - 1));
+        }
+        float a[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int ci = 2 * cig + i;
+            a[i] = ci < p.cin ? __ldg(img + ci * hw + u * p.w + v) - shift[ci] : 0.f;
+            acc.f[i] += a[i];
         }
 #pragma unroll
-        for (int q = 0; q < FG; ++q)
+        for (int oy = 0; oy < GKH; ++oy)
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                acc.f[i] += a[q][i];
+            for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox)
 #pragma unroll
-                for (int o = 0; o < GEO; ++o)
-                    acc.s[i][o] = fmaf(a[q][i], bw[q][o], acc.s[i][o]);
+                for (int i = 0; i < 2; ++i)
+                    acc.s[i][gram_oidx(oy, ox)] = fmaf(a[i], bw[oy][ox + GKW - 1], acc.s[i][gram_oidx(oy, ox)]);
+        /* the next position: along the row, then down the class's rows, then the next image */
+        if (++v < v1) {
+            slide = 1;
+        } else {
+            v = v0;
+            slide = nc == 1 ? 2 : 0;
+            if (++u == u1) {
+                u = u0;
+                slide = 0;
+                img += (size_t)p.cin * hw;
             }
+        }
     }
 }
 
@@ -397,13 +399,13 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
     gram_shifts(p, shift);
     const int cg = p.cinp / 2, lane = threadIdx.x % p.lanes, g = threadIdx.x / p.lanes;
     const int cig = lane % cg, cj = lane / cg;
-    gram_acc acc, facc; /* the core rows' sums, the frame job's */
+    gram_acc acc;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-        acc.f[i] = facc.f[i] = 0.f;
+        acc.f[i] = 0.f;
 #pragma unroll
         for (int o = 0; o < GEO; ++o)
-            acc.s[i][o] = facc.s[i][o] = 0.f;
+            acc.s[i][o] = 0.f;
     }
     const int b = blockIdx.x;
     __shared__ alignas(8) uint64_t bar_mem[2]; /* one per staging buffer */
@@ -423,10 +425,13 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
     }
     __syncthreads();
     /* the core rows, then this CTA's frame job: each summed into its own row of partials */
-    gram_main(p, sm, bar, shift, b, g, cig, cj, acc, facc);
+    gram_main(p, sm, bar, shift, b, g, cig, cj, acc);
     gram_flush(p, sm, g, cig, cj, acc, b);
-    if (b < p.frame_jobs)
-        gram_flush(p, sm, g, cig, cj, facc, p.main_ctas + b);
+    if (b < p.frame_jobs) {
+        if (!(p.debug & 1))
+            gram_frame(p, shift, b, cig, cj, acc, 0, 1);
+        gram_flush(p, sm, g, cig, cj, acc, p.main_ctas + b);
+    }
 }
 
 /* Which tap windows R(d) hold position class k: bit dy*kw + dx */
