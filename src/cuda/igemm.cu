@@ -622,7 +622,8 @@ size_t cf_ig_workspace_bytes(const struct cf_plan *plan)
         return 0;
     const size_t cpad = (size_t)p.nt_total * 8;
     const size_t blocks = (size_t)plan->device_sm_count * CF_IG_MAX_BLOCKS_PER_SM;
-    const size_t gram = cf_ig_bn_inplace(plan) ? 0 : cf_gram_workspace_bytes(plan, cf_ig_bn_train_index(plan));
+    /* sized whether or not the Gram path runs at execution (CONVFUSE_BN_PATH / CONVFUSE_BN_STATS may change) */
+    const size_t gram = cf_gram_workspace_bytes(plan, cf_ig_bn_train_index(plan));
     return (blocks * cpad * 3 + 2 * cpad) * sizeof(float) + (gram ? 16 + gram : 0);
 }
 
