@@ -111,9 +111,6 @@ __device__ __forceinline__ void gram_cp16(float *dst, const float *src)
 /* Main CTA: core rows of one image, bands of rb core rows (+ kh-1 partner rows) staged in shared memory, then
  * shifted in place; each row slot (a warp) walks its rows chunk by chunk with register windows rotated through three
  * slots (no moves). Two CTAs per SM: one stages while the other computes. */
-__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int cig, int cj, gram_acc &acc, int sl,
-                           int nsl);
-
 __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, const float *shift, int m, int g, int cig,
                           int cj, gram_acc &acc)
 {
@@ -269,8 +266,7 @@ __device__ __forceinline__ void gram_class_range(int rc, int k, int o, int *begi
 /* Frame CTA: the positions of one frame class in a slice of the batch, straight from global memory (the frame is
  * ~6% of the pixels). Each warp walks a contiguous run of positions: along a row for the border rows' core columns,
  * down a column for the core rows' edge columns, so one step loads only the partners that enter the window. */
-__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int cig, int cj, gram_acc &acc, int sl,
-                           int nsl)
+__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int cig, int cj, gram_acc &acc)
 {
     /* f: the frame job, a slice of one class */
     int k = 0;
@@ -283,10 +279,8 @@ __device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, i
     gram_class_range(k / GNCC, GKH, p.oh, &u0, &u1);
     gram_class_range(k % GNCC, GKW, p.ow, &v0, &v1);
     const int nc = v1 - v0, per = (u1 - u0) * nc, total = per * p.n, slice = f - p.cls_first[k];
-    const int j0 = (int)((long long)total * slice / p.cls_count[k]);
-    const int j1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
-    /* slice sl of nsl of the job */
-    const int c0 = j0 + (int)((long long)(j1 - j0) * sl / nsl), c1 = j0 + (int)((long long)(j1 - j0) * (sl + 1) / nsl);
+    const int c0 = (int)((long long)total * slice / p.cls_count[k]);
+    const int c1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
     /* this warp's part of the slice (lanes beyond p.lanes, when a warp holds several row slots, take none) */
     const int t0 = c0 + (int)((long long)(c1 - c0) * warp / nwarp), t1 = c0 + (int)((long long)(c1 - c0) * (warp + 1) / nwarp);
     if (threadIdx.x % 32 >= p.lanes && p.lanes < 32)
@@ -429,7 +423,7 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
     gram_flush(p, sm, g, cig, cj, acc, b);
     if (b < p.frame_jobs) {
         if (!(p.debug & 1))
-            gram_frame(p, shift, b, cig, cj, acc, 0, 1);
+            gram_frame(p, shift, b, cig, cj, acc);
         gram_flush(p, sm, g, cig, cj, acc, p.main_ctas + b);
     }
 }
