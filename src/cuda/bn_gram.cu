@@ -410,7 +410,7 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
             ig_mbar_init(bar + 8, 1);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
-        for (int buf = 0; buf < 2; ++buf) /* the padding channel (odd C_in), which the boxes do not cover */
+        for (int buf = 0; buf < p.bufs; ++buf) /* the padding channel (odd C_in), which the boxes do not cover */
             for (int i = p.cin * p.cs / 4 + threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
                 gram_smem[buf * p.cinp * p.cs / 4 + i] = make_float4(0.f, 0.f, 0.f, 0.f);
     } else { /* the guard quads, rows past the data and the padding channel stay zero */

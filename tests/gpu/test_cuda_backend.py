@@ -262,6 +262,7 @@ GRAM_CASES = [
     Case(False, 3, 3, 17, 29, 19, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),
     Case(False, 1, 1, 5, 5, 8, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), False, BN_TRAIN),
     Case(False, 2, 7, 9, 130, 40, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, GRAM_AFFINE_FIRST),
+    Case(False, 3, 5, 37, 32, 24, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),  # odd C_in by TMA
     Case(False, 5, 8, 66, 67, 33, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),
     Case(False, 2, 6, 70, 260, 32, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),
     Case(False, 16, 8, 128, 128, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True,
