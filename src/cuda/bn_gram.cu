@@ -181,9 +181,11 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
                     if (vec) {
                         for (int q = lane; q < nq; q += 32)
                             gram_cp16(dst + 4 * q, src + 4 * q);
-                    } else {
-                        for (int v = lane; v < 4 * nq; v += 32)
-                            dst[v] = v < p.w ? __ldg(src + v) : 0.f;
+                    } else { /* by quads as well: the shift below reads each quad in the lane that wrote it */
+                        for (int q = lane; q < nq; q += 32)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                dst[4 * q + e] = 4 * q + e < p.w ? __ldg(src + 4 * q + e) : 0.f;
                     }
                 }
             asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
