@@ -111,8 +111,47 @@ __device__ __forceinline__ void gram_cp16(float *dst, const float *src)
 /* Main CTA: core rows of one image, bands of rb core rows (+ kh-1 partner rows) staged in shared memory, then
  * shifted in place; each row slot (a warp) walks its rows chunk by chunk with register windows rotated through three
  * slots (no moves). Two CTAs per SM: one stages while the other computes. */
-__device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, const float *shift, int m, int g, int cig,
-                          int cj, gram_acc &acc)
+/* The edge columns of a band's rows (the frame classes core row x column 0, 1, OW, OW+1), from the staged band:
+ * slot g takes edge column g % 4 and every (slots/4)-th row from g / 4; its sums persist in shared memory (es,
+ * 2 x (EO + 1) floats per thread) across the bands. */
+__device__ __forceinline__ void gram_edges(const cf_gram_params &p, const float *smb, float *es, int g, int cig, int cj,
+                                           int ub, int ue)
+{
+    constexpr int NE_T = 2 * (GEO + 1); /* a thread's sums: 2 x EO second moments, 2 first moments */
+    if (g >= p.slots - p.slots % 4)
+        return;
+    const int e = g % 4, v = e < GKW - 1 ? e : p.ow + e - (GKW - 1);
+    float t[NE_T];
+#pragma unroll
+    for (int i = 0; i < NE_T; ++i)
+        t[i] = es[i * CF_GRAM_THREADS + threadIdx.x];
+    for (int u = ub + g / 4; u < ue; u += p.slots / 4) {
+        const int r = u - ub;
+        float a[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+            a[i] = smb[(size_t)(2 * cig + i) * p.cs + r * p.ls + 4 + v];
+        const float *b = smb + (size_t)cj * p.cs + r * p.ls + 4 + v;
+#pragma unroll
+        for (int oy = 0; oy < GKH; ++oy)
+#pragma unroll
+            for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox) {
+                const float bv = b[oy * p.ls + ox]; /* outside the image: never in a window with this position */
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+                    t[i * GEO + gram_oidx(oy, ox)] = fmaf(a[i], bv, t[i * GEO + gram_oidx(oy, ox)]);
+            }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+            t[2 * GEO + i] += a[i];
+    }
+#pragma unroll
+    for (int i = 0; i < NE_T; ++i)
+        es[i * CF_GRAM_THREADS + threadIdx.x] = t[i];
+}
+
+__device__ void gram_main(const cf_gram_params &p, float *sm, float *es, uint32_t bar, const float *shift, int m, int g,
+                          int cig, int cj, gram_acc &acc)
 {
     const int core_rows = p.oh - (GKH - 1);
     const long long rows = (long long)p.n * core_rows;
@@ -209,6 +248,7 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, uint32_t bar, cons
         }
         if (g >= p.slots || (p.debug & 2))
             continue;
+        gram_edges(p, smb, es, g, cig, cj, ub, ue);
         for (int u = ub + g; u < ue; u += p.slots) {
             const int r = u - ub;
             const float *a0 = smb + (size_t)(2 * cig) * p.cs + r * p.ls + 4, *a1 = a0 + p.cs;
@@ -372,7 +412,7 @@ __device__ void gram_flush(const cf_gram_params &p, float *sm, int g, int cig, i
         double s = 0;
         for (int gg = 0; gg < p.slots; ++gg)
             s += sm[(size_t)gg * p.ne + e];
-        p.part[(size_t)row * p.ne + e] = s;
+        p.part[(size_t)row * p.ne + e] = (float)s;
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -419,14 +459,29 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
         for (int i = threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
             gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    float *es = sm + (size_t)(p.tma ? p.bufs : 1) * p.cinp * p.cs; /* the edge columns' sums, [value][thread] */
+    for (int i = threadIdx.x; i < 2 * (GEO + 1) * CF_GRAM_THREADS; i += blockDim.x)
+        es[i] = 0.f;
     __syncthreads();
-    /* the core rows, then this CTA's frame job: each summed into its own row of partials */
-    gram_main(p, sm, bar, shift, b, g, cig, cj, acc);
+    /* the core rows (their edge columns on the side), then this CTA's frame job: each class summed into its own row
+       of partials: [0, M) core, [M (1 + e), M (2 + e)) edge column e, then the frame jobs */
+    gram_main(p, sm, es, bar, shift, b, g, cig, cj, acc);
     gram_flush(p, sm, g, cig, cj, acc, b);
+    for (int e = 0; e < 4; ++e) {
+        const bool mine = g < p.slots - p.slots % 4 && g % 4 == e;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+#pragma unroll
+            for (int o = 0; o < GEO; ++o)
+                acc.s[i][o] = mine ? es[(i * GEO + o) * CF_GRAM_THREADS + threadIdx.x] : 0.f;
+            acc.f[i] = mine ? es[(2 * GEO + i) * CF_GRAM_THREADS + threadIdx.x] : 0.f;
+        }
+        gram_flush(p, sm, g, cig, cj, acc, p.main_ctas * (1 + e) + b);
+    }
     if (b < p.frame_jobs) {
         if (!(p.debug & 1))
             gram_frame(p, shift, b, cig, cj, acc);
-        gram_flush(p, sm, g, cig, cj, acc, p.main_ctas + b);
+        gram_flush(p, sm, g, cig, cj, acc, 5 * p.main_ctas + b);
     }
 }
 
@@ -455,11 +510,17 @@ __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant_
         p.ok[1] = 0;
         p.ok[2] = 0;
     }
-    const int nblocks = p.main_ctas + p.frame_jobs;
+    const int nblocks = 5 * p.main_ctas + p.frame_jobs;
     for (int k = 0; k < CF_GRAM_NCLS; ++k) {
         const int mask = gram_class_windows(k);
         for (int j = p.cls_first[k] + threadIdx.x; j < p.cls_first[k] + p.cls_count[k]; j += blockDim.x)
-            windows_of[(k == CF_GRAM_CORE ? 0 : p.main_ctas) + j] = (short)mask;
+            windows_of[(k == CF_GRAM_CORE ? 0 : 5 * p.main_ctas) + j] = (short)mask;
+    }
+    for (int e = 0; e < 4; ++e) { /* the main CTAs' edge-column classes: core row, column 0, 1, OW, OW+1 */
+        const int cc = e < GKW - 1 ? e : GKW + e - (GKW - 1);
+        const int mask = gram_class_windows((GKH - 1) * GNCC + cc);
+        for (int j = threadIdx.x; j < p.main_ctas; j += blockDim.x)
+            windows_of[p.main_ctas * (1 + e) + j] = (short)mask;
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, e = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -695,7 +756,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
      * layout [channel][row][ls] needs a channel stride of 4 mod 8 floats, so that a warp's 4 first-factor rows and 8
      * partner rows fall in distinct banks. With TMA (W a multiple of 4) the box lands dense: ls = 4m with m odd and
      * an odd number of rows (rb + kh - 1) give it; otherwise the stride is padded. */
-    const size_t limit = 110 * 1024;
+    const size_t limit = 113 * 1024 - 2 * (CF_GRAM_EO + 1) * CF_GRAM_THREADS * 4 - 256; /* staging, with the edge sums */
     const int ls_min = 4 * (p->c1 + 3); /* guard quad, the chunks, the last chunk's next quad */
     int ls_tma = ls_min + ((ls_min / 4) % 2 == 0 ? 4 : 0);
     p->tma_geometry = p->w % 4 == 0 && ls_tma <= 256;
@@ -738,7 +799,8 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     for (int k = 0; k < CF_GRAM_NCLS; ++k) {
         const int rc = k / (2 * CF_GRAM_KW - 1), cc = k % (2 * CF_GRAM_KW - 1);
         const long long r = rc == CF_GRAM_KH - 1 ? core_rows : 1, c = cc == CF_GRAM_KW - 1 ? p->ow - (CF_GRAM_KW - 1) : 1;
-        per_class[k] = k == CF_GRAM_CORE ? 0 : r * c * p->n;
+        /* the core rows' classes (the core and the edge columns) are the main CTAs'; the frame jobs take the rest */
+        per_class[k] = rc == CF_GRAM_KH - 1 ? 0 : r * c * p->n;
         frame_total += per_class[k];
     }
     long long q = frame_total / p->main_ctas + 1; /* grows to the largest class at most, where jobs = classes */
@@ -756,9 +818,9 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
         next += p->cls_count[k];
     }
     p->frame_jobs = next;
-    if (p->frame_jobs + p->main_ctas > CF_GRAM_MAX_ROWS) {
+    if (p->frame_jobs + 5 * p->main_ctas > CF_GRAM_MAX_ROWS) {
         snprintf(why, why_size, "statistics from the input Gram: %d rows of partial sums (at most %d)",
-                 p->frame_jobs + p->main_ctas, CF_GRAM_MAX_ROWS);
+                 p->frame_jobs + 5 * p->main_ctas, CF_GRAM_MAX_ROWS);
         return false;
     }
     p->cls_first[CF_GRAM_CORE] = 0;
@@ -769,7 +831,8 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
 static size_t gram_smem_bytes(const cf_gram_params *p)
 {
     const size_t stage = (size_t)(p->tma_geometry ? p->bufs : 1) * p->cinp * p->cs * 4, red = (size_t)p->slots * p->ne * 4;
-    return 128 + (stage > red ? stage : red); /* + the alignment of the TMA destination */
+    const size_t edges = (size_t)2 * (CF_GRAM_EO + 1) * CF_GRAM_THREADS * 4; /* after the staging buffers */
+    return 128 + (stage > red ? stage : red) + edges; /* + the alignment of the TMA destination */
 }
 
 bool cf_gram_supported(const struct cf_plan *plan, int bn, char *why, size_t why_size)
@@ -792,7 +855,8 @@ size_t cf_gram_workspace_bytes(const struct cf_plan *plan, int bn)
     if (bn < 0 || !gram_geometry(plan, bn, &p, why, sizeof why))
         return 0;
     const size_t K = (size_t)p.cin * CF_GRAM_KH * CF_GRAM_KW;
-    return ((size_t)(p.frame_jobs + p.main_ctas) * p.ne + K * K + K) * sizeof(double) + 3 * sizeof(int);
+    const size_t part_bytes = ((size_t)(p.frame_jobs + 5 * p.main_ctas) * p.ne * sizeof(float) + 7) & ~(size_t)7;
+    return part_bytes + (K * K + K) * sizeof(double) + 3 * sizeof(int);
 }
 
 static std::mutex gram_mu;
@@ -828,9 +892,10 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     p.bia = plan->conv.has_bias ? args->bia : NULL;
     for (int i = 0; i < bn; ++i)
         p.op[i] = ops[i];
-    p.part = (double *)workspace;
+    p.part = (float *)workspace;
     const int K = p.cin * CF_GRAM_KH * CF_GRAM_KW;
-    p.gram = p.part + (size_t)(p.frame_jobs + p.main_ctas) * p.ne;
+    const size_t part_bytes = ((size_t)(p.frame_jobs + 5 * p.main_ctas) * p.ne * sizeof(float) + 7) & ~(size_t)7;
+    p.gram = (double *)((char *)workspace + part_bytes);
     p.s1 = p.gram + (size_t)K * K;
     p.ok = (int *)(p.s1 + K);
     p.stats = stats;
