@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
         for (int i = threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
             gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    float *es = sm + (size_t)(p.tma ? p.bufs : 1) * p.cinp * p.cs; /* the edge columns' sums, [value][thread] */
+    float *es = sm + p.es_off; /* the edge columns' sums, [value][thread], past the staging and the flush area */
     for (int i = threadIdx.x; i < 2 * (GEO + 1) * CF_GRAM_THREADS; i += blockDim.x)
         es[i] = 0.f;
     __syncthreads();
@@ -831,7 +831,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
 static size_t gram_smem_bytes(const cf_gram_params *p)
 {
     const size_t stage = (size_t)(p->tma_geometry ? p->bufs : 1) * p->cinp * p->cs * 4, red = (size_t)p->slots * p->ne * 4;
-    const size_t edges = (size_t)2 * (CF_GRAM_EO + 1) * CF_GRAM_THREADS * 4; /* after the staging buffers */
+    const size_t edges = (size_t)2 * (CF_GRAM_EO + 1) * CF_GRAM_THREADS * 4; /* at es_off, after both */
     return 128 + (stage > red ? stage : red) + edges; /* + the alignment of the TMA destination */
 }
 
@@ -921,6 +921,10 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     p.scale = bnargs->scale;
     p.shift = bnargs->shift;
     const size_t smem = gram_smem_bytes(&p);
+    {
+        const size_t stage = (size_t)(p.tma_geometry ? p.bufs : 1) * p.cinp * p.cs, red = (size_t)p.slots * p.ne;
+        p.es_off = (int)(stage > red ? stage : red); /* floats: the edge sums must not meet the flush area */
+    }
     cf_status_t st = gram_set_attr(false);
     if (st != CF_STATUS_SUCCESS)
         return st;

@@ -46,6 +46,7 @@ struct cf_gram_params {
     int tma_geometry; /* the layout admits the TMA box (W a multiple of 4, ls and rows as below) */
     int box_rows;     /* rows per box: rb + kh - 1, made odd */
     int bufs;         /* staging buffers (TMA): 1 or 2 */
+    int es_off;       /* floats from the staging base to the edge columns' sums (past staging and flush area) */
     int debug;        /* CONVFUSE_GRAM_DEBUG, for timing the parts: 1 skips the frame jobs, 2 the core products */
     const float *src, *wei, *bia;
     int n, cin, h, w, cout, oh, ow;
