@@ -76,6 +76,9 @@ static const cuda_case_t cases[] = {
      2, 1, 1, 1, "scmg"},
     {"n2c8h16w16 -> c16 k3: relu,add_s,tanh", CF_CONV_2D, 2, 8, 16, 16, 16, 3, 1, 0, 0, 1, "rat"},
     {"n3c4h12w10 -> c8 k3s2p1: bn_train,gelu", CF_CONV_2D, 3, 4, 12, 10, 8, 3, 2, 1, 0, 1, "Te"},
+    /* statistics from the input Gram (src/cuda/bn_gram.cu): TMA bands (W 36), the copy path (W 19) */
+    {"n3c8h21w36 -> c32 k3: add_c,bn_train,mul_s", CF_CONV_2D, 3, 8, 21, 36, 32, 3, 1, 0, 0, 1, "cTm"},
+    {"n2c5h14w19 -> c24 k3 (no bias): bn_train", CF_CONV_2D, 2, 5, 14, 19, 24, 3, 1, 0, 0, 0, "T"},
     {"n2c6h7w7 -> c12 k3s2p1op1 (transposed, no bias): affine,bn_infer,relu", CF_CONV_TRANSPOSE_2D, 2, 6, 7, 7, 12,
      3, 2, 1, 1, 0, "fIr"},
     {"n2c5h8w8 -> c7 k1: (empty chain)", CF_CONV_2D, 2, 5, 8, 8, 7, 1, 1, 0, 0, 1, ""},
