@@ -412,7 +412,7 @@ __device__ void gram_flush(const cf_gram_params &p, float *sm, int g, int cig, i
         double s = 0;
         for (int gg = 0; gg < p.slots; ++gg)
             s += sm[(size_t)gg * p.ne + e];
-        p.part[(size_t)row * p.ne + e] = (float)s;
+        p.part[(size_t)e * p.nrows + row] = (float)s; /* entry-major: the sum kernel reads an entry's rows in a run */
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant_
         p.ok[1] = 0;
         p.ok[2] = 0;
     }
-    const int nblocks = 5 * p.main_ctas + p.frame_jobs;
+    const int nblocks = p.nrows;
     for (int k = 0; k < CF_GRAM_NCLS; ++k) {
         const int mask = gram_class_windows(k);
         for (int j = p.cls_first[k] + threadIdx.x; j < p.cls_first[k] + p.cls_count[k]; j += blockDim.x)
@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant_
         acc[d] = 0;
 #pragma unroll 4
     for (int b = lane; b < nblocks; b += 32) {
-        const double v = p.part[(size_t)b * p.ne + e];
+        const double v = p.part[(size_t)e * nblocks + b];
         const int mask = windows_of[b];
 #pragma unroll
         for (int d = 0; d < GKH * GKW; ++d)
@@ -818,6 +818,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
         next += p->cls_count[k];
     }
     p->frame_jobs = next;
+    p->nrows = 5 * p->main_ctas + p->frame_jobs;
     if (p->frame_jobs + 5 * p->main_ctas > CF_GRAM_MAX_ROWS) {
         snprintf(why, why_size, "statistics from the input Gram: %d rows of partial sums (at most %d)",
                  p->frame_jobs + 5 * p->main_ctas, CF_GRAM_MAX_ROWS);

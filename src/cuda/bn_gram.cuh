@@ -62,8 +62,9 @@ struct cf_gram_params {
     int frame_jobs;
     /* jobs of each frame class, [cls_first, + cls_count); the core class: the main CTAs */
     int cls_first[CF_GRAM_NCLS], cls_count[CF_GRAM_NCLS];
-    float *part;    /* [5 main_ctas + frame_jobs][ne]: each CTA's core sums, its 4 edge-column classes', then each
-                       frame job's (in double within a CTA, rounded once) */
+    int nrows;      /* rows of partial sums: 5 main_ctas + frame_jobs */
+    float *part;    /* [ne][nrows]: per entry, each CTA's core sum, its 4 edge-column classes', then each frame
+                       job's (in double within a CTA, rounded once) */
     double *gram;   /* [K][K], K = C_in kh kw: sum over the pixels of x'_k x'_l (patch entries k, l) */
     double *s1;     /* [K]: sum over the pixels of x'_k */
     float *stats;   /* (count, mean, M2) per channel: block 0 of the statistics buffer */
