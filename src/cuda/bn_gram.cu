@@ -423,7 +423,7 @@ __device__ void gram_flush(const cf_gram_params &p, float *sm, int g, int cig, i
     }
 }
 
-__global__ void __launch_bounds__(CF_GRAM_THREADS, CF_GRAM_CTAS_PER_SM) cf_gram_kernel(const __grid_constant__ cf_gram_params p)
+__global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __grid_constant__ cf_gram_params p)
 {
     extern __shared__ float4 gram_smem_raw[];
     /* 128-byte aligned (the TMA destination), by an offset from the shared array itself: a pointer rebuilt from an
@@ -756,23 +756,22 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
      * layout [channel][row][ls] needs a channel stride of 4 mod 8 floats, so that a warp's 4 first-factor rows and 8
      * partner rows fall in distinct banks. With TMA (W a multiple of 4) the box lands dense: ls = 4m with m odd and
      * an odd number of rows (rb + kh - 1) give it; otherwise the stride is padded. */
-    /* per CTA: the SM's 227 KB over the CTAs it holds, less the edge sums (and headroom) */
-    const size_t limit = 227 * 1024 / CF_GRAM_CTAS_PER_SM - 1024 - 2 * (CF_GRAM_EO + 1) * CF_GRAM_THREADS * 4 - 256;
+    const size_t limit = 113 * 1024 - 2 * (CF_GRAM_EO + 1) * CF_GRAM_THREADS * 4 - 256; /* staging, with the edge sums */
     const int ls_min = 4 * (p->c1 + 3); /* guard quad, the chunks, the last chunk's next quad */
     int ls_tma = ls_min + ((ls_min / 4) % 2 == 0 ? 4 : 0);
     p->tma_geometry = p->w % 4 == 0 && ls_tma <= 256;
     /* TMA: rb core rows + kh - 1 partner rows per band, the box's rows made odd; one buffer (two CTAs per SM: one
      * stages while the other computes) or two (CONVFUSE_GRAM_BUFS=2: the next band lands during this one's products) */
-    p->bufs = env_int_range("CONVFUSE_GRAM_BUFS", CF_GRAM_CTAS_PER_SM == 1 ? 2 : 1, 1, 2);
+    p->bufs = env_int_range("CONVFUSE_GRAM_BUFS", 1, 1, 2);
     if (p->tma_geometry) {
         p->ls = ls_tma;
         for (p->rb = env_int_range("CONVFUSE_GRAM_RB", 16, 1, 64);; p->rb = (p->rb + 1) / 2) {
             p->box_rows = (p->rb + CF_GRAM_KH - 1) | 1;
             p->cs = p->box_rows * p->ls;
-            if ((size_t)p->bufs * p->cinp * p->cs * 4 <= limit || p->rb == 1)
+            if ((size_t)p->bufs * p->cinp * p->cs * 4 <= (p->bufs == 2 ? 2 : 1) * limit || p->rb == 1)
                 break;
         }
-        if ((size_t)p->bufs * p->cinp * p->cs * 4 > limit)
+        if ((size_t)p->bufs * p->cinp * p->cs * 4 > (p->bufs == 2 ? 2 : 1) * limit)
             p->tma_geometry = 0;
     }
     if (!p->tma_geometry) {
@@ -791,7 +790,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     /* about one wave of main CTAs (two per SM), each a share of the batch's core rows and one frame job */
     const int core_rows = p->oh - (CF_GRAM_KH - 1);
     const long long rows = (long long)p->n * core_rows;
-    const long long want = (long long)CF_GRAM_CTAS_PER_SM * (plan->device_sm_count > 0 ? plan->device_sm_count : 132);
+    const long long want = 2LL * (plan->device_sm_count > 0 ? plan->device_sm_count : 132);
     p->main_ctas = (int)(rows < want * 4 ? (rows + 3) / 4 : want); /* at least ~4 rows each */
     if (p->main_ctas < CF_GRAM_NCLS - 1)
         p->main_ctas = CF_GRAM_NCLS - 1; /* every frame class takes one job at least */

@@ -34,9 +34,7 @@
 #define CF_GRAM_NCLS ((2 * CF_GRAM_KH - 1) * (2 * CF_GRAM_KW - 1))
 #define CF_GRAM_CORE ((CF_GRAM_KH - 1) * (2 * CF_GRAM_KW - 1) + (CF_GRAM_KW - 1)) /* the core x core class */
 #define CF_GRAM_MAX_CIN 8
-/* One CTA of 16 warps per SM with two staging buffers (the next band lands during this one's products) */
-#define CF_GRAM_THREADS 512
-#define CF_GRAM_CTAS_PER_SM 1
+#define CF_GRAM_THREADS 256
 #define CF_GRAM_MAX_ROWS 8192 /* rows of partial sums (the class table of the sum kernel) */
 #define CF_GRAM_KAPPA 256.0 /* the guard's bound on the cancellation ratio (docs/kb2_73.md) */
 
