@@ -5,22 +5,24 @@
  *     mean_c = w_c . E[p] + bias_c,        var_c = w_c^T Cov(p) w_c,
  * so they need the patches' first and second moments, not the conv. The second moments are shifted windows of
  * one autocorrelation: G[(ci,d),(cj,e)] = sum over the window R(d) of x'_ci(q) x'_cj(q + e - d), with x' = x - s
- * (s_ci the first input value of channel ci: the shift keeps E[x'] small against the spread). The product
+ * (s_ci the mean of channel ci's first input row: the shift keeps E[x'] small against the spread). The product
  * x'_ci(q) x'_cj(q + o) is summed once per offset o (13 of them for 3x3) and position class of q, not once per
  * pair of taps (81): C_in^2 * 13 FFMA per pixel against the conv's C_out * 72 MACs, and exact fp32 products.
  *
  * Position classes: each row is one of the kh-1 top rows, the core rows [kh-1, OH) or the kh-1 bottom rows, and
- * each column likewise; the core x core class holds nearly all the work (the "main" CTAs, sliding register
- * windows over shared-memory rows); the frame classes around it are summed by "frame" CTAs. R(d) is a union of
- * classes, so G is assembled from per-class sums without subtraction.
+ * each column likewise. R(d) is a union of classes, so G is assembled from per-class sums without subtraction.
+ * The core rows (core and edge columns) hold nearly all the work: bands of them staged in shared memory, a warp
+ * per row slot with sliding register windows; the border rows' classes are "frame jobs" from global memory.
  *
- * Kernels: cf_gram_kernel (main and frame CTAs, per-CTA partial sums in double), cf_gram_sum_kernel (fixed-order
- * sums per class), cf_gram_stats_kernel (one block: G, the per-channel mean and variance, the guard). The result
- * is one (count, mean, M2) block in the statistics buffer that cf_bn_finalize_kernel reads.
+ * Kernels: cf_gram_kernel (one wave of CTAs: core rows, then one frame job each; per-CTA partial sums, reduced in
+ * double and stored as float), cf_gram_sum_kernel (fixed-order sums per tap window: G and the first moments),
+ * cf_gram_stats_kernel (blocks of 16 channels: the covariance, per-channel mean and variance, the guard; the last
+ * block finishes the batch norm). The result is one (count, mean, M2) block in the statistics buffer, and, where
+ * the statistics stand, the batch norm's scale/shift and running statistics.
  *
  * Guard: var_c = w^T Cov w cancels when the patch values are strongly correlated (smooth images, weights that
  * difference neighbours). Its rounding error is at most about eps_acc * (sum_k |w_k| sqrt(E[x'_k^2]))^2; where
- * that exceeds var_c / CF_GRAM_KAPPA for any channel, the flag stays 0 and the direct statistics pass (the conv
+ * that exceeds var_c * CF_GRAM_KAPPA for any channel, the flag stays 0 and the direct statistics pass (the conv
  * on tensor cores, 2xTF32) runs instead: the decision is taken on the device, so no host synchronisation. */
 #ifndef CONVFUSE_CUDA_BN_GRAM_CUH
 #define CONVFUSE_CUDA_BN_GRAM_CUH
@@ -39,7 +41,7 @@
 #define CF_GRAM_KAPPA 256.0 /* the guard's bound on the cancellation ratio (docs/kb2_73.md) */
 
 struct cf_gram_params {
-    /* the input as a TMA tensor {W, H, C, N} (fastest first), box {ls, rb + kh - 1, cinp, 1} from x = -4: one copy
+    /* the input as a TMA tensor {W, H, C, N} (fastest first), box {ls, box_rows, C_in, 1} from x = -4: one copy
      * per band lands in the shared layout below, its zero fill the column guards (tma = 1) */
     CUtensorMap tmap;
     int tma;          /* the map is set: stage by TMA (else cp.async / plain copies) */
@@ -50,9 +52,9 @@ struct cf_gram_params {
     int debug;        /* CONVFUSE_GRAM_DEBUG, for timing the parts: 1 skips the frame jobs, 2 the core products */
     const float *src, *wei, *bia;
     int n, cin, h, w, cout, oh, ow;
-    int cinp;  /* C_in rounded up to even: a lane owns 2 x 2 channel pairs */
+    int cinp;  /* C_in rounded up to even: a lane owns the channel pairs (2 cig, cj) and (2 cig + 1, cj) */
     int ne;    /* entries per class: cinp^2 * EO second moments, then cinp first moments */
-    int lanes; /* (cinp/2)^2 lanes per row slot */
+    int lanes; /* (cinp/2) * cinp lanes per row slot */
     int slots; /* row slots per CTA, CF_GRAM_THREADS / lanes */
     /* CTA m: core rows [R m / main_ctas, R (m+1) / main_ctas) of the batch's R = N (OH - kh + 1), in bands of at
      * most rb rows within an image; then frame job m, if m < frame_jobs */
