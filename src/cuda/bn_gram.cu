@@ -901,6 +901,9 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     p.ok = (int *)(p.s1 + K);
     p.stats = stats;
     p.debug = env_int_range("CONVFUSE_GRAM_DEBUG", 0, 0, 3); /* timing only: 1 no frame jobs, 2 no core products */
+    if (p.debug)
+        fprintf(stderr, "convfuse: CONVFUSE_GRAM_DEBUG=%d skips part of the Gram statistics: the batch norm's output "
+                        "is WRONG (for timing the parts only)\n", p.debug);
     p.tma = 0;
     PFN_cuTensorMapEncodeTiled_v12000 encode = p.tma_geometry && (uintptr_t)p.src % 16 == 0 ? cf_tmap_encoder() : NULL;
     if (encode) {
