@@ -530,7 +530,7 @@ __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant_
 #pragma unroll
     for (int d = 0; d < GKH * GKW; ++d)
         acc[d] = 0;
-#pragma unroll 8
+#pragma unroll 4
     for (int b = lane; b < nblocks; b += 32) {
         const double v = p.part[(size_t)e * nblocks + b];
         const int mask = windows_of[b];
@@ -588,25 +588,23 @@ __global__ void __launch_bounds__(CF_GRAM_STATS_WARPS * 32) cf_gram_stats_kernel
         all_ok = 1;
         worst = 0.f;
     }
-    /* every global load first (G, the first moments, this warp's weights), one round trip, then the shifts */
+    gram_shifts(p, shift);
+    for (int k = threadIdx.x; k < K; k += blockDim.x)
+        s1[k] = p.s1[k];
+    __syncthreads();
+#pragma unroll 4
+    for (int idx = threadIdx.x; idx < K * K; idx += blockDim.x) {
+        const int k = idx / K, l = idx - k * K;
+        cov[idx] = (p.gram[idx] - s1[k] * s1[l] * inv_count) * inv_count;
+    }
+    __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     double *wb = wall + (size_t)warp * CPW * K;
     const int c0 = (blockIdx.x * CF_GRAM_STATS_WARPS + warp) * CPW;
-#pragma unroll 4
-    for (int idx = threadIdx.x; idx < K * K; idx += blockDim.x)
-        cov[idx] = p.gram[idx];
-    for (int k = threadIdx.x; k < K; k += blockDim.x)
-        s1[k] = p.s1[k];
-    if (c0 < p.cout)
+    if (c0 < p.cout) {
         for (int i = lane; i < CPW * K; i += 32)
             wb[i] = c0 + i / K < p.cout ? (double)p.wei[(size_t)c0 * K + i] : 0.0;
-    gram_shifts(p, shift); /* ends with __syncthreads */
-    for (int idx = threadIdx.x; idx < K * K; idx += blockDim.x) {
-        const int k = idx / K, l = idx - k * K;
-        cov[idx] = (cov[idx] - s1[k] * s1[l] * inv_count) * inv_count;
-    }
-    __syncthreads();
-    if (c0 < p.cout) {
+        __syncwarp();
         double u[CPW][LPL] = {};
         for (int k = 0; k < K; ++k) {
             double wk[CPW];
