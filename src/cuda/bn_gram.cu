@@ -14,13 +14,6 @@
 
 #include <mutex>
 
-#define CF_CUDA_TRY(call)                                                                                   \
-    do {                                                                                                    \
-        cudaError_t e_ = (call);                                                                            \
-        if (e_ != cudaSuccess)                                                                              \
-            return cf_error(CF_STATUS_CUDA_ERROR, "%s: %s (%s)", #call, cudaGetErrorString(e_),             \
-                            cudaGetErrorName(e_));                                                          \
-    } while (0)
 
 namespace cf {
 
@@ -62,6 +55,17 @@ struct gram_acc {
     float s[2][GEO];
     float f[2];
 };
+
+__device__ __forceinline__ void gram_zero(gram_acc &acc)
+{
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        acc.f[i] = 0.f;
+#pragma unroll
+        for (int o = 0; o < GEO; ++o)
+            acc.s[i][o] = 0.f;
+    }
+}
 
 /* One 4-column chunk of a row: win[oy] holds the partner row's quads at chunk c-1 (P), c (C) and c+1 (X, loaded
  * here). 2 x 4 x 13 = 104 FFMA against 2 + 3 LDS.128, each one wavefront: a warp is one row slot, its a rows are 4
@@ -414,13 +418,7 @@ __device__ void gram_flush(const cf_gram_params &p, float *sm, int g, int cig, i
             s += sm[(size_t)gg * p.ne + e];
         p.part[(size_t)e * p.nrows + row] = (float)s; /* entry-major: the sum kernel reads an entry's rows in a run */
     }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        acc.f[i] = 0.f;
-#pragma unroll
-        for (int o = 0; o < GEO; ++o)
-            acc.s[i][o] = 0.f;
-    }
+    gram_zero(acc);
 }
 
 __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __grid_constant__ cf_gram_params p)
@@ -436,13 +434,7 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
     const int cg = p.cinp / 2, lane = threadIdx.x % p.lanes, g = threadIdx.x / p.lanes;
     const int cig = lane % cg, cj = lane / cg;
     gram_acc acc;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        acc.f[i] = 0.f;
-#pragma unroll
-        for (int o = 0; o < GEO; ++o)
-            acc.s[i][o] = 0.f;
-    }
+    gram_zero(acc);
     const int b = blockIdx.x;
     __shared__ alignas(8) uint64_t bar_mem[2]; /* one per staging buffer */
     const uint32_t bar = (uint32_t)__cvta_generic_to_shared(bar_mem);
@@ -681,27 +673,19 @@ __global__ void __launch_bounds__(CF_GRAM_STATS_WARPS * 32) cf_gram_stats_kernel
         return; /* the direct pass and cf_bn_finalize_kernel take over */
     __shared__ double factor;
     if (threadIdx.x == 0)
-        factor = cf_bn_momentum_factor(p.nbt, p.momentum);
+        factor = cf_bn_momentum_factor(p.bn_args.nbt, p.bn_args.momentum);
     __syncthreads();
     for (int c = threadIdx.x; c < p.cout; c += blockDim.x) {
         const float *st = p.stats + (size_t)c * 3;
-        cf_bn_finish_channel(c, count, __ldcg(st + 1), __ldcg(st + 2), factor, p.eps, p.gamma, p.beta, p.rm, p.rv,
-                             p.scale, p.shift);
+        const cf_gram_bn &a = p.bn_args;
+        cf_bn_finish_channel(c, count, __ldcg(st + 1), __ldcg(st + 2), factor, a.eps, a.gamma, a.beta, a.rm, a.rv,
+                             a.scale, a.shift);
     }
 }
 
 } /* namespace cf */
 
 /* ---- host ---- */
-
-static int env_int_range(const char *name, int dflt, int lo, int hi)
-{
-    const char *e = getenv(name);
-    if (!e || !*e)
-        return dflt;
-    const int v = atoi(e);
-    return v < lo ? lo : v > hi ? hi : v;
-}
 
 static int gram_env(void)
 {
@@ -762,10 +746,10 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     p->tma_geometry = p->w % 4 == 0 && ls_tma <= 256;
     /* TMA: rb core rows + kh - 1 partner rows per band, the box's rows made odd; one buffer (two CTAs per SM: one
      * stages while the other computes) or two (CONVFUSE_GRAM_BUFS=2: the next band lands during this one's products) */
-    p->bufs = env_int_range("CONVFUSE_GRAM_BUFS", 1, 1, 2);
+    p->bufs = cf_env_int("CONVFUSE_GRAM_BUFS", 1, 1, 2);
     if (p->tma_geometry) {
         p->ls = ls_tma;
-        for (p->rb = env_int_range("CONVFUSE_GRAM_RB", 16, 1, 64);; p->rb = (p->rb + 1) / 2) {
+        for (p->rb = cf_env_int("CONVFUSE_GRAM_RB", 16, 1, 64);; p->rb = (p->rb + 1) / 2) {
             p->box_rows = (p->rb + CF_GRAM_KH - 1) | 1;
             p->cs = p->box_rows * p->ls;
             if ((size_t)p->bufs * p->cinp * p->cs * 4 <= (p->bufs == 2 ? 2 : 1) * limit || p->rb == 1)
@@ -829,24 +813,14 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     return true;
 }
 
-static size_t gram_smem_bytes(const cf_gram_params *p)
+/* Dynamic shared memory: the staging buffers (their start is also the flush area, which can be the larger), then
+ * the edge columns' sums at es_off, which this sets. */
+static size_t gram_smem_layout(cf_gram_params *p)
 {
-    const size_t stage = (size_t)(p->tma_geometry ? p->bufs : 1) * p->cinp * p->cs * 4, red = (size_t)p->slots * p->ne * 4;
-    const size_t edges = (size_t)2 * (CF_GRAM_EO + 1) * CF_GRAM_THREADS * 4; /* at es_off, after both */
-    return 128 + (stage > red ? stage : red) + edges; /* + the alignment of the TMA destination */
-}
-
-bool cf_gram_supported(const struct cf_plan *plan, int bn, char *why, size_t why_size)
-{
-    cf_gram_params p;
-    char tmp[256];
-    if (!why) {
-        why = tmp;
-        why_size = sizeof tmp;
-    }
-    if (bn < 0 || !gram_geometry(plan, bn, &p, why, why_size))
-        return false;
-    return true;
+    const size_t stage = (size_t)(p->tma_geometry ? p->bufs : 1) * p->cinp * p->cs, red = (size_t)p->slots * p->ne;
+    p->es_off = (int)(stage > red ? stage : red);
+    const size_t edges = (size_t)2 * (CF_GRAM_EO + 1) * CF_GRAM_THREADS;
+    return 128 + (p->es_off + edges) * 4; /* + the alignment of the TMA destination */
 }
 
 size_t cf_gram_workspace_bytes(const struct cf_plan *plan, int bn)
@@ -900,35 +874,20 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     p.s1 = p.gram + (size_t)K * K;
     p.ok = (int *)(p.s1 + K);
     p.stats = stats;
-    p.debug = env_int_range("CONVFUSE_GRAM_DEBUG", 0, 0, 3); /* timing only: 1 no frame jobs, 2 no core products */
+    p.debug = cf_env_int("CONVFUSE_GRAM_DEBUG", 0, 0, 3); /* timing only: 1 no frame jobs, 2 no core products */
     if (p.debug)
         fprintf(stderr, "convfuse: CONVFUSE_GRAM_DEBUG=%d skips part of the Gram statistics: the batch norm's output "
                         "is WRONG (for timing the parts only)\n", p.debug);
     p.tma = 0;
-    PFN_cuTensorMapEncodeTiled_v12000 encode = p.tma_geometry && (uintptr_t)p.src % 16 == 0 ? cf_tmap_encoder() : NULL;
-    if (encode) {
+    if (p.tma_geometry && (uintptr_t)p.src % 16 == 0) {
         const cuuint64_t dim[4] = {(cuuint64_t)p.w, (cuuint64_t)p.h, (cuuint64_t)p.cin, (cuuint64_t)p.n};
         const cuuint64_t stride[3] = {(cuuint64_t)p.w * 4, (cuuint64_t)p.h * p.w * 4, (cuuint64_t)p.cin * p.h * p.w * 4};
         const cuuint32_t box[4] = {(cuuint32_t)p.ls, (cuuint32_t)p.box_rows, (cuuint32_t)p.cin, 1};
-        const cuuint32_t estride[4] = {1, 1, 1, 1};
-        p.tma = encode(&p.tmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (void *)p.src, dim, stride, box, estride,
-                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+        p.tma = cf_tmap_f32(&p.tmap, p.src, 4, dim, stride, box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
     }
-    p.eps = bnargs->eps;
-    p.momentum = bnargs->momentum;
-    p.gamma = bnargs->gamma;
-    p.beta = bnargs->beta;
-    p.rm = bnargs->rm;
-    p.rv = bnargs->rv;
-    p.nbt = bnargs->nbt;
-    p.scale = bnargs->scale;
-    p.shift = bnargs->shift;
-    const size_t smem = gram_smem_bytes(&p);
-    {
-        const size_t stage = (size_t)(p.tma_geometry ? p.bufs : 1) * p.cinp * p.cs, red = (size_t)p.slots * p.ne;
-        p.es_off = (int)(stage > red ? stage : red); /* floats: the edge sums must not meet the flush area */
-    }
+    p.bn_args = *bnargs;
+    const size_t smem = gram_smem_layout(&p);
     cf_status_t st = gram_set_attr(false);
     if (st != CF_STATUS_SUCCESS)
         return st;

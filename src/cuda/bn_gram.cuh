@@ -40,6 +40,15 @@
 #define CF_GRAM_MAX_ROWS 8192 /* rows of partial sums (the class table of the sum kernel) */
 #define CF_GRAM_KAPPA 256.0 /* the guard's bound on the cancellation ratio (docs/kb2_73.md) */
 
+/* The training batch norm's arguments, for finishing it where the Gram statistics stand */
+struct cf_gram_bn {
+    double eps, momentum; /* momentum < 0: cumulative average */
+    const float *gamma, *beta;
+    float *rm, *rv;
+    int64_t *nbt;
+    float *scale, *shift;
+};
+
 struct cf_gram_params {
     /* the input as a TMA tensor {W, H, C, N} (fastest first), box {ls, box_rows, C_in, 1} from x = -4: one copy
      * per band lands in the shared layout below, its zero fill the column guards (tma = 1) */
@@ -74,12 +83,7 @@ struct cf_gram_params {
                        ratio (float bits); [2] the stats kernel's ticket */
     int bn;         /* the batch norm's chain index: ops [0, bn) are per-channel affine, folded with the bias */
     struct cf_ig_op op[CF_CHAIN_MAX_OPS];
-    /* the batch norm itself, finished here when the statistics stand (as cf_bn_finalize_kernel would) */
-    double eps, momentum; /* momentum < 0: cumulative average */
-    const float *gamma, *beta;
-    float *rm, *rv;
-    int64_t *nbt;
-    float *scale, *shift;
+    struct cf_gram_bn bn_args; /* the batch norm itself, finished here when the statistics stand */
 };
 
 /* num_batches_tracked += 1 (if tracked); the running-statistics factor: momentum, or 1/count for a cumulative

@@ -2,24 +2,11 @@
 #ifndef CONVFUSE_CUDA_BN_GRAM_HOST_H
 #define CONVFUSE_CUDA_BN_GRAM_HOST_H
 
+#include "bn_gram.cuh"
 #include "internal.h"
 
 #include <cuda_runtime.h>
 
-struct cf_ig_op;
-
-/* The training batch norm's arguments, for finishing it where the Gram statistics stand */
-typedef struct cf_gram_bn {
-    double eps, momentum;
-    const float *gamma, *beta;
-    float *rm, *rv;
-    int64_t *nbt;
-    float *scale, *shift;
-} cf_gram_bn;
-
-/* Whether the training batch norm at chain index bn can take its statistics from the input's moments; else why
- * (why may be NULL). CONVFUSE_BN_STATS=direct turns the path off at execution, not here. */
-bool cf_gram_supported(const struct cf_plan *plan, int bn, char *why, size_t why_size);
 /* Workspace the path needs (0 where unsupported). */
 size_t cf_gram_workspace_bytes(const struct cf_plan *plan, int bn);
 /* Launch the Gram pass, its class sums and the statistics block: stats gets one (count, mean, M2) block and *ok_out
@@ -28,6 +15,6 @@ size_t cf_gram_workspace_bytes(const struct cf_plan *plan, int bn);
  * [0, bn) as the device sees them. Where the statistics stand, the launch also writes the batch norm's scale/shift and
  * running statistics (bnargs); cf_bn_finalize_kernel must then be told (*ok_out) to skip them. */
 cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, int bn, const struct cf_ig_op *ops,
-                           const cf_gram_bn *bnargs, void *workspace, float *stats, cudaStream_t stream, int **ok_out);
+                           const struct cf_gram_bn *bnargs, void *workspace, float *stats, cudaStream_t stream, int **ok_out);
 
 #endif

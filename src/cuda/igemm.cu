@@ -21,13 +21,6 @@
 /* Cluster pacing interval (tiles); CONVFUSE_IG_PACE overrides it for measurement. */
 #define CF_IG_PACE_DEFAULT 1
 
-#define CF_CUDA_TRY(call)                                                                                   \
-    do {                                                                                                    \
-        cudaError_t e_ = (call);                                                                            \
-        if (e_ != cudaSuccess)                                                                              \
-            return cf_error(CF_STATUS_CUDA_ERROR, "%s: %s (%s)", #call, cudaGetErrorString(e_),             \
-                            cudaGetErrorName(e_));                                                          \
-    } while (0)
 
 /* ---- variants: NT (n8 tiles per channel chunk) x products (1 = TF32, 3 = 3xTF32, 2 = 2xTF32 statistics) ---- */
 
@@ -90,7 +83,7 @@ static int ig_taps_host(int transposed, int q, int stride, int pad, int dil, int
     return n;
 }
 
-static int env_int(const char *name, int dflt, int lo, int hi)
+int cf_env_int(const char *name, int dflt, int lo, int hi)
 {
     const char *v = getenv(name);
     if (!v || !*v)
@@ -138,7 +131,7 @@ static bool ig_patch_geometry(cf_ig_params *p)
      * per-thread gather (H100: KB2-73 eval at 130x130 input, 0.455 ms against 0.30 at 128x128).
      * CONVFUSE_IG_PATCH_VEC=1|2|4 narrows the copies (testing). */
     p->pk_vec = p->w % 4 == 0 ? 4 : p->w % 2 == 0 ? 2 : 1;
-    const int vec_env = env_int("CONVFUSE_IG_PATCH_VEC", 4, 1, 4);
+    const int vec_env = cf_env_int("CONVFUSE_IG_PATCH_VEC", 4, 1, 4);
     while (p->pk_vec > vec_env)
         p->pk_vec /= 2;
     int left = 0, right = 0, nr_max = 0;
@@ -172,10 +165,10 @@ static bool ig_patch_geometry(cf_ig_params *p)
      * next stage lands while this one is multiplied. The two-slot ring measured slower (H100: KB2-91 2.23 against
      * 1.99 ms on TMA, 2.05 against 1.84 on cp.async; KB2-73 eval 0.395 against 0.358): the per-stage wait was
      * not what bounds these blocks, and it doubles the stages. 8 by default; CONVFUSE_IG_PATCH_CPS=4 for the ring. */
-    p->pk_cps = env_int("CONVFUSE_IG_PATCH_CPS", 8, 4, 8) == 4 ? 4 : 8;
+    p->pk_cps = cf_env_int("CONVFUSE_IG_PATCH_CPS", 8, 4, 8) == 4 ? 4 : 8;
     p->pk_kc = (p->cin + p->pk_cps - 1) / p->pk_cps;
     /* CONVFUSE_IG_PATCH_SLOTS=2 gives 8-channel stages a second ring slot too (next stage in flight during this one) */
-    p->pk_stages = p->pk_cps == 4 ? 2 : env_int("CONVFUSE_IG_PATCH_SLOTS", 1, 1, 2);
+    p->pk_stages = p->pk_cps == 4 ? 2 : cf_env_int("CONVFUSE_IG_PATCH_SLOTS", 1, 1, 2);
     /* a warp's A reads (8 pixels x channel rows 2t, or t) hit 32 distinct banks when the rows of its 4 lanes t
      * are 8 banks apart: ld = 4 or 12 mod 16 with 8 channels per stage, 8 mod 16 with 4. The gap grows in steps of
      * the copy width, which keeps every row's copies aligned (and reaches those ld from any W: pk_vec divides W) */
@@ -193,9 +186,9 @@ static bool ig_patch_geometry(cf_ig_params *p)
      * during this tile's epilogue (KB2-73 eval 0.455 -> 0.358 ms). With several stages per tile, each one's
      * wait is exposed, and there the 16-byte cp.async copies measured faster (KB2-91: 1.84 against 1.97 ms, H100).
      * CONVFUSE_IG_TMA=0|1 forces it. */
-    const int tma_env = env_int("CONVFUSE_IG_TMA", -1, -1, 1);
+    const int tma_env = cf_env_int("CONVFUSE_IG_TMA", -1, -1, 1);
     p->pk_tma = ig_patch_tma_possible(p) && (tma_env < 0 ? p->pk_kc == 1 : tma_env == 1);
-    p->pk_prefetch = env_int("CONVFUSE_IG_PREFETCH", 1, 0, 1);
+    p->pk_prefetch = cf_env_int("CONVFUSE_IG_PREFETCH", 1, 0, 1);
     return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld < (1 << 20);
 }
 
@@ -405,12 +398,12 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     const bool cc90 = !force_sync && device_cc_major_minor() == 90;
     bool patched = false;
     size_t b_patch = 0; /* B in the patch's k8 order: steps of one tap (8 channels) or two taps (4 channels) */
-    if (cc90 && allow_patch && env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p)) {
+    if (cc90 && allow_patch && cf_env_int("CONVFUSE_IG_PATCH", 1, 0, 1) && ig_patch_geometry(p)) {
         /* Split mode (igemm.cuh, docs/kb2_91.md v12): stride-2 column phases with 64 < C_out <= 128. The column-phase
          * CTAs' stores (every other word of each sector) cost KB2-91 0.66 of its 1.72 ms (bench/ablate.sh). The
          * CTA's B: both column phases' taps x its 64 channels. Tried first; CONVFUSE_IG_SPLIT=0 turns it off. */
         const bool try_split = p->cluster == 2 && nt_need > 8 && nt_need <= 16 && p->pk_cps == 8 && passes == 1 &&
-                               bn_train == 0 && split_steps <= CF_IG_MAX_TAPS && env_int("CONVFUSE_IG_SPLIT", 1, 0, 1);
+                               bn_train == 0 && split_steps <= CF_IG_MAX_TAPS && cf_env_int("CONVFUSE_IG_SPLIT", 1, 0, 1);
         const int tma0 = p->pk_tma, stages0 = p->pk_stages;
         for (int split = try_split ? 1 : 0; split >= 0 && !patched; --split) {
             int steps = cf_ig_patch_steps(p->pk_cps, max_taps), b_nt = p->nt_total;
@@ -487,7 +480,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
      * CONVFUSE_IG_TMA_STORE=0 keeps the per-warp staging and 4-byte stores. */
     p->tma_store = 0;
     if (patched && p->nphase == 1 && nt <= 8 && (int64_t)p->oh * p->ow % 4 == 0 &&
-        env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 1)) {
+        cf_env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 1)) {
         p->tma_store = 1;
         if (cf_ig_smem_bytes(p, nt) > limit)
             p->tma_store = 0;
@@ -518,8 +511,8 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
      * each output plane as one advancing front (H100, KB2-73 eval 0.330 -> 0.313 ms, train 0.677 -> 0.666). Phase
      * groups: a contiguous range per cluster (interleaved, KB2-91 went 1.29 -> 1.53 ms). CONVFUSE_IG_INTERLEAVE=0|1
      * overrides. */
-    p->tile_interleave = env_int("CONVFUSE_IG_INTERLEAVE", p->nphase == 1, 0, 1);
-    p->pace = env_int("CONVFUSE_IG_PACE", CF_IG_PACE_DEFAULT, 1, 1 << 20);
+    p->tile_interleave = cf_env_int("CONVFUSE_IG_INTERLEAVE", p->nphase == 1, 0, 1);
+    p->pace = cf_env_int("CONVFUSE_IG_PACE", CF_IG_PACE_DEFAULT, 1, 1 << 20);
     *nt_out = nt;
     return true;
 }
@@ -803,7 +796,9 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
 
 /* cuTensorMapEncodeTiled, a driver function reached through the runtime (the library links no libcuda); NULL if
  * the driver has no entry point */
-PFN_cuTensorMapEncodeTiled_v12000 cf_tmap_encoder(void)
+/* cuTensorMapEncodeTiled, a driver function reached through the runtime (the library links no libcuda); NULL if
+ * the driver has no entry point */
+static PFN_cuTensorMapEncodeTiled_v12000 ig_tmap_encoder(void)
 {
     static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
         void *fn = NULL;
@@ -816,37 +811,39 @@ PFN_cuTensorMapEncodeTiled_v12000 cf_tmap_encoder(void)
     return encode;
 }
 
+bool cf_tmap_f32(CUtensorMap *map, const void *base, int rank, const cuuint64_t *dim, const cuuint64_t *stride,
+                 const cuuint32_t *box, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion promotion)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = ig_tmap_encoder();
+    const cuuint32_t estride[5] = {1, 1, 1, 1, 1};
+    return encode && encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, (cuuint32_t)rank, (void *)base, dim, stride, box,
+                            estride, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promotion,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 /* The input as a TMA tensor {W, C, H, N} (fastest first) with the patch box {ld, 8, rows, 1}. False: use the
  * cp.async path. */
 static bool ig_encode_tmap(cf_ig_params *p)
 {
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = cf_tmap_encoder();
-    if (!encode)
-        return false;
     const cuuint64_t dim[4] = {(cuuint64_t)p->w, (cuuint64_t)p->cin, (cuuint64_t)p->h, (cuuint64_t)p->n};
     const cuuint64_t stride[3] = {(cuuint64_t)p->h * p->w * 4, (cuuint64_t)p->w * 4, (cuuint64_t)p->cin * p->h * p->w * 4};
     const cuuint32_t box[4] = {(cuuint32_t)p->pk_ld, (cuuint32_t)p->pk_cps, (cuuint32_t)p->pk_rows, 1};
-    const cuuint32_t estride[4] = {1, 1, 1, 1};
-    return encode(&p->tmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (void *)p->src, dim, stride, box, estride,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return cf_tmap_f32(&p->tmap, p->src, 4, dim, stride, box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                       CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
 }
 
 /* The output as a TMA tensor {OH*OW, C_out, N} (fastest first) with the store box {32, 8*NT, 1}, 128-byte swizzle
  * (ig_store_tma). False: the per-warp staging stores. */
 static bool ig_encode_tmap_out(cf_ig_params *p, int nt)
 {
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = cf_tmap_encoder();
-    if (!encode || (uintptr_t)p->dst % 16 != 0)
+    if ((uintptr_t)p->dst % 16 != 0)
         return false;
     const cuuint64_t plane = (cuuint64_t)p->oh * p->ow;
     const cuuint64_t dim[3] = {plane, (cuuint64_t)p->cout, (cuuint64_t)p->n};
     const cuuint64_t stride[2] = {plane * 4, plane * 4 * (cuuint64_t)p->cout};
     const cuuint32_t box[3] = {32, (cuuint32_t)nt * 8, 1};
-    const cuuint32_t estride[3] = {1, 1, 1};
-    return encode(&p->tmap_out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)p->dst, dim, stride, box, estride,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return cf_tmap_f32(&p->tmap_out, p->dst, 3, dim, stride, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                       CU_TENSOR_MAP_L2_PROMOTION_NONE);
 }
 
 cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, void *workspace, void *stream_ptr)

@@ -15,8 +15,22 @@ bool cf_ig_bn_inplace(const struct cf_plan *plan);
 /* Whether the kernel serves the plan with these products and this softmax path; else why. */
 bool cf_ig_supports(const struct cf_plan *plan, int products, bool chunked, char *why, size_t why_size);
 size_t cf_ig_workspace_bytes(const struct cf_plan *plan);
-/* cuTensorMapEncodeTiled through the runtime (the library links no libcuda), or NULL without a driver entry point */
-PFN_cuTensorMapEncodeTiled_v12000 cf_tmap_encoder(void);
+/* Return a CF_STATUS_CUDA_ERROR naming the call where a CUDA runtime call fails. */
+#define CF_CUDA_TRY(call)                                                                                   \
+    do {                                                                                                    \
+        cudaError_t e_ = (call);                                                                            \
+        if (e_ != cudaSuccess)                                                                              \
+            return cf_error(CF_STATUS_CUDA_ERROR, "%s: %s (%s)", #call, cudaGetErrorString(e_),             \
+                            cudaGetErrorName(e_));                                                          \
+    } while (0)
+
+/* An integer knob from the environment, clamped to [lo, hi]; dflt when unset or empty. */
+int cf_env_int(const char *name, int dflt, int lo, int hi);
+
+/* A tiled fp32 TMA map of `rank` dimensions (fastest first; strides in bytes of dimensions 1..rank-1), element
+ * strides 1, no interleave, zero fill out of bounds. False: no driver entry point, or the encoder refused. */
+bool cf_tmap_f32(CUtensorMap *map, const void *base, int rank, const cuuint64_t *dim, const cuuint64_t *stride,
+                 const cuuint32_t *box, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion promotion);
 cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, void *workspace, void *stream);
 
 #endif
