@@ -827,7 +827,8 @@ static bool ig_encode_tmap(cf_ig_params *p)
 {
     const cuuint64_t dim[4] = {(cuuint64_t)p->w, (cuuint64_t)p->cin, (cuuint64_t)p->h, (cuuint64_t)p->n};
     const cuuint64_t stride[3] = {(cuuint64_t)p->h * p->w * 4, (cuuint64_t)p->w * 4, (cuuint64_t)p->cin * p->h * p->w * 4};
-    const cuuint32_t box[4] = {(cuuint32_t)p->pk_ld, (cuuint32_t)p->pk_cps, (cuuint32_t)p->pk_rows, 1};
+    const int rows = (CF_IG_ABLATE & 32) ? (p->pk_rows + 1) / 2 : p->pk_rows; /* ablation 32: half the rows */
+    const cuuint32_t box[4] = {(cuuint32_t)p->pk_ld, (cuuint32_t)p->pk_cps, (cuuint32_t)rows, 1};
     return cf_tmap_f32(&p->tmap, p->src, 4, dim, stride, box, CU_TENSOR_MAP_SWIZZLE_NONE,
                        CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
 }

@@ -15,7 +15,8 @@
 /* Timing ablations for development only (bench/ablate.sh builds them; the results are wrong on purpose). A mask:
  * 1 no global stores (staging kept), 2 no staging and no stores, 4 no wgmma (operands still loaded),
  * 8 no epilogue math (softmax, affine, sigmoid), 16 TMA store boxes rewritten without waiting for the previous bulk
- * copies to read them. Kept values feed a never-taken store so nothing is dead code. */
+ * copies to read them, 32 TMA patch boxes of half the rows (the L2 read traffic of the patch halved). Kept values feed
+ * a never-taken store so nothing is dead code. */
 #ifndef CF_IG_ABLATE
 #define CF_IG_ABLATE 0
 #endif
@@ -539,7 +540,9 @@ struct ig_patch_feed {
     __device__ __forceinline__ void issue_tma(int k, int sl, int iy0, int im) const
     {
         if ((threadIdx.x & 127) == 0) /* one box: pk_rows rows x C channels x pk_ld columns from x = -gap */
-            ig_tma_load(&p.tmap, buf(sl), bar(sl), (uint32_t)p.pk_rows * (uint32_t)p.pk_cps * (uint32_t)p.pk_ld * 4u,
+            ig_tma_load(&p.tmap, buf(sl), bar(sl),
+                        (uint32_t)((CF_IG_ABLATE & 32) ? (p.pk_rows + 1) / 2 : p.pk_rows) * (uint32_t)p.pk_cps *
+                            (uint32_t)p.pk_ld * 4u,
                         -p.pk_gap, k * p.pk_cps, iy0, im);
     }
 
