@@ -1137,17 +1137,13 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_sme
     if (leader && (CF_IG_ABLATE & 16) == 0) /* ablation 16: boxes rewritten without waiting (races on purpose) */
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     ig_wg_bar(wg);
-    /* row c (128 bytes), 16-byte chunk col/4 XOR c%8: 32 writes, 32 banks. c % 8 = 2t + (e & 1) for every nt, so a
-     * value's address is one of four per thread plus nt KB: four address registers (with 32, one per value, kept
-     * across the main loop, the pass took 0.311 against 0.287 ms, H100) */
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        const int c = 2 * t + (e & 1), col = 16 * (wl & 1) + g + 8 * (e >> 1);
-        float *const be = box + c * 32 + ((((col >> 2) ^ c) & 7) << 2) + (col & 3);
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-            be[nt * 8 * 32] = acc[0][nt][e];
-    }
+        for (int e = 0; e < 4; ++e) { /* row c (128 bytes), 16-byte chunk col/4 XOR c%8: 32 writes, 32 banks */
+            const int c = nt * 8 + 2 * t + (e & 1), col = 16 * (wl & 1) + g + 8 * (e >> 1);
+            box[c * 32 + ((((col >> 2) ^ c) & 7) << 2) + (col & 3)] = acc[0][nt][e];
+        }
     fence_proxy_async(); /* the generic-proxy writes -> the bulk copy (async proxy) */
     ig_wg_bar(wg);
     if (leader && (CF_IG_ABLATE & 1) == 0) { /* ablation 1: boxes written, never copied out */
