@@ -479,9 +479,16 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
      * chunk of at most 64, OH*OW a multiple of 4 (16-byte strides), where the staging boxes fit.
      * CONVFUSE_IG_TMA_STORE=0 keeps the per-warp staging and 4-byte stores. */
     p->tma_store = 0;
+    p->store_parts = 1;
     if (patched && p->nphase == 1 && nt <= 8 && (int64_t)p->oh * p->ow % 4 == 0 &&
         cf_env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 1)) {
         p->tma_store = 1;
+        /* The boxes written and copied out in two channel halves (ig_store_tma_parts). H100, KB2-73, same runs:
+         * eval 0.300-0.314 -> 0.277-0.284 ms, train 0.466-0.481 -> 0.448-0.450; four slices 0.285-0.288 / 0.460;
+         * at sector-aligned planes (130x128 input) 0.256 -> 0.258. CONVFUSE_IG_STORE_PARTS=1|2|4 overrides. */
+        p->store_parts = nt == 8 ? cf_env_int("CONVFUSE_IG_STORE_PARTS", 2, 1, 4) : 1;
+        if (p->store_parts == 3)
+            p->store_parts = 2;
         if (cf_ig_smem_bytes(p, nt) > limit)
             p->tma_store = 0;
     }
@@ -786,11 +793,11 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
     if (cf_verbose("launch"))
         fprintf(stderr,
                 "convfuse: launch: igemm %s%s%s%s NT=%d products=%d grid=%d cluster=%d pace=%d smem=%zu resident=%d "
-                "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s\n",
+                "chunks=%d stats=%d patch_stages=%dx%dch tiles=%s store_parts=%d\n",
                 p->wg ? "wgmma" : "mma.sync", p->patch ? (p->pk_tma ? "+patch(tma)" : "+patch(cp.async)") : "",
                 p->split ? "+split(channel halves x column phases)" : "", p->tma_store ? "+tma_store" : "", nt, passes,
                 grid, p->cluster, p->pace, smem, p->resident, p->nchunk, p->stats_mode, p->pk_stages, p->pk_cps,
-                p->tile_interleave ? "interleaved" : "ranges");
+                p->tile_interleave ? "interleaved" : "ranges", p->tma_store ? p->store_parts : 0);
     return CF_STATUS_SUCCESS;
 }
 
@@ -842,7 +849,7 @@ static bool ig_encode_tmap_out(cf_ig_params *p, int nt)
     const cuuint64_t plane = (cuuint64_t)p->oh * p->ow;
     const cuuint64_t dim[3] = {plane, (cuuint64_t)p->cout, (cuuint64_t)p->n};
     const cuuint64_t stride[2] = {plane * 4, plane * 4 * (cuuint64_t)p->cout};
-    const cuuint32_t box[3] = {32, (cuuint32_t)nt * 8, 1};
+    const cuuint32_t box[3] = {32, (cuuint32_t)(nt * 8 / p->store_parts), 1};
     return cf_tmap_f32(&p->tmap_out, p->dst, 3, dim, stride, box, CU_TENSOR_MAP_SWIZZLE_128B,
                        CU_TENSOR_MAP_L2_PROMOTION_NONE);
 }

@@ -80,6 +80,7 @@ struct cf_ig_params {
      * pixels x its channel chunk leave as two boxes from shared memory (ig_store_tma). */
     CUtensorMap tmap_out;
     int tma_store;
+    int store_parts; /* TMA store: the boxes written and copied out in this many channel slices (1, 2 or 4) */
     const float *src, *wei, *bia;
     float *dst;
     int n, cin, h, w, cout, oh, ow, kh, kw;

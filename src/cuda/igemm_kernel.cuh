@@ -1112,6 +1112,42 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
     }
 }
 
+/* ig_store_tma's box writes and copies in PARTS channel slices, each copied out as soon as it is written (after the
+ * previous tile's copies have read the boxes, and the warpgroup's barrier): the 32 shared stores of a tile then
+ * leave in PARTS bursts with a barrier and the copies of the slice before between them (cf_ig_params::store_parts) */
+template <int NT, int PARTS>
+__device__ __forceinline__ void ig_store_tma_parts(const cf_ig_params &p, const ig_smem &s, int m_wg, int img,
+                                                   int chunk, const float (&acc)[1][NT][4])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wl = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
+    constexpr int BOX = NT * 8 * 32, NP = NT / PARTS; /* floats per box; n8 tiles per slice */
+    float *box = s.ostage + (wg * 2 + (wl >> 1)) * BOX;
+    const bool leader = (threadIdx.x & 127) == 0;
+#pragma unroll
+    for (int h = 0; h < PARTS; ++h) {
+#pragma unroll
+        for (int nt = h * NP; nt < (h + 1) * NP; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int c = nt * 8 + 2 * t + (e & 1), col = 16 * (wl & 1) + g + 8 * (e >> 1);
+                box[c * 32 + ((((col >> 2) ^ c) & 7) << 2) + (col & 3)] = acc[0][nt][e];
+            }
+        fence_proxy_async();
+        ig_wg_bar(wg);
+        if (leader && (CF_IG_ABLATE & 1) == 0) { /* slice h: rows 8*NP*h.. of both boxes, 1 KB-aligned */
+            const uint32_t b0 = (uint32_t)__cvta_generic_to_shared(s.ostage + wg * 2 * BOX) + h * (BOX / PARTS) * 4;
+#pragma unroll
+            for (int b = 0; b < 2; ++b)
+                asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                                 &p.tmap_out),
+                             "r"(b0 + (uint32_t)(b * BOX * 4)), "r"(m_wg + 32 * b), "r"(chunk * NT * 8 + 8 * NP * h),
+                             "r"(img)
+                             : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+    }
+}
+
 /* TMA store of this warpgroup's 64 pixels (from m_wg of image img) x the chunk's 8*NT channels: the fragments go
  * into two 128-byte-swizzled boxes (32 pixels each; warps 0-1 and 2-3) and one thread stores them with two bulk
  * tensor copies, which clip pixels past the image and channels past C_out. The staging transpose then costs one
@@ -1137,6 +1173,14 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_sme
     if (leader && (CF_IG_ABLATE & 16) == 0) /* ablation 16: boxes rewritten without waiting (races on purpose) */
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     ig_wg_bar(wg);
+    if (NT == 8 && p.store_parts == 2) {
+        ig_store_tma_parts<NT, 2>(p, s, m_wg, img, chunk, acc);
+        return;
+    }
+    if (NT == 8 && p.store_parts == 4) {
+        ig_store_tma_parts<NT, 4>(p, s, m_wg, img, chunk, acc);
+        return;
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll

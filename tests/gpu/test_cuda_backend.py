@@ -270,6 +270,24 @@ GRAM_CASES = [
 ]
 
 
+# The TMA store's boxes written and copied out in 1, 2 (the default for 8 n8 tiles) or 4 channel slices
+# (ig_store_tma_parts): the same values in the same places, so the outputs agree bit for bit; C_out 40 leaves the
+# second half mostly past C_out (clipped by the copy), 10x10 planes put the slices' rows 16 bytes into a sector.
+@pytest.mark.parametrize("case", [
+    Case(False, 3, 8, 12, 12, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),
+    Case(False, 2, 5, 34, 36, 40, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_EVAL),
+], ids=lambda c: c.line())
+def test_tma_store_parts_agree(case, monkeypatch, capfd):
+    outs = []
+    for parts in (1, 2, 4):
+        monkeypatch.setenv("CONVFUSE_IG_STORE_PARTS", str(parts))
+        monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
+        outs.append(gpu_case(case, torch.Generator().manual_seed(7), "default"))
+        err = capfd.readouterr().err
+        assert "+tma_store" in err and f"store_parts={parts}" in err, f"launch log: {err.strip()}"
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]), f"reproduce: {case.line()}"
+
+
 @pytest.mark.parametrize("math", ["default", "strict"])
 @pytest.mark.parametrize("case", GRAM_CASES, ids=lambda c: c.line())
 def test_bn_gram_stats(case, math, monkeypatch, capfd):
