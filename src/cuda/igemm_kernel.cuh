@@ -1112,17 +1112,17 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
     }
 }
 
-/* ig_store_tma's box writes and copies in PARTS channel slices, each copied out as soon as it is written (after the
- * previous tile's copies have read the boxes, and the warpgroup's barrier): the 32 shared stores of a tile then
- * leave in PARTS bursts with a barrier and the copies of the slice before between them (cf_ig_params::store_parts) */
+/* ig_store_tma's box writes and copies in PARTS channel slices, each copied out as soon as it is written (the caller
+ * has waited for the previous tile's copies to read the boxes): the 32 shared stores of a tile leave in PARTS bursts
+ * with a barrier and the copies of the slice before between them (cf_ig_params::store_parts). Row c (128 bytes),
+ * 16-byte chunk col/4 XOR c%8: a warp's 32 writes hit 32 banks. */
 template <int NT, int PARTS>
-__device__ __forceinline__ void ig_store_tma_parts(const cf_ig_params &p, const ig_smem &s, int m_wg, int img,
-                                                   int chunk, const float (&acc)[1][NT][4])
+__device__ __forceinline__ void ig_store_tma_slices(const cf_ig_params &p, const ig_smem &s, int m_wg, int img,
+                                                    int chunk, const float (&acc)[1][NT][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wl = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
     constexpr int BOX = NT * 8 * 32, NP = NT / PARTS; /* floats per box; n8 tiles per slice */
     float *box = s.ostage + (wg * 2 + (wl >> 1)) * BOX;
-    const bool leader = (threadIdx.x & 127) == 0;
 #pragma unroll
     for (int h = 0; h < PARTS; ++h) {
 #pragma unroll
@@ -1132,9 +1132,10 @@ __device__ __forceinline__ void ig_store_tma_parts(const cf_ig_params &p, const 
                 const int c = nt * 8 + 2 * t + (e & 1), col = 16 * (wl & 1) + g + 8 * (e >> 1);
                 box[c * 32 + ((((col >> 2) ^ c) & 7) << 2) + (col & 3)] = acc[0][nt][e];
             }
-        fence_proxy_async();
+        fence_proxy_async(); /* the generic-proxy writes -> the bulk copy (async proxy) */
         ig_wg_bar(wg);
-        if (leader && (CF_IG_ABLATE & 1) == 0) { /* slice h: rows 8*NP*h.. of both boxes, 1 KB-aligned */
+        if ((threadIdx.x & 127) == 0 && (CF_IG_ABLATE & 1) == 0) { /* ablation 1: boxes written, never copied out */
+            /* slice h: rows 8*NP*h.. of both boxes (1 KB-aligned: whole swizzle atoms) */
             const uint32_t b0 = (uint32_t)__cvta_generic_to_shared(s.ostage + wg * 2 * BOX) + h * (BOX / PARTS) * 4;
 #pragma unroll
             for (int b = 0; b < 2; ++b)
@@ -1149,57 +1150,39 @@ __device__ __forceinline__ void ig_store_tma_parts(const cf_ig_params &p, const 
 }
 
 /* TMA store of this warpgroup's 64 pixels (from m_wg of image img) x the chunk's 8*NT channels: the fragments go
- * into two 128-byte-swizzled boxes (32 pixels each; warps 0-1 and 2-3) and one thread stores them with two bulk
- * tensor copies, which clip pixels past the image and channels past C_out. The staging transpose then costs one
+ * into two 128-byte-swizzled boxes (32 pixels each; warps 0-1 and 2-3) and one thread stores them with bulk tensor
+ * copies (two per channel slice, ig_store_tma_slices), which clip pixels past the image and channels past C_out. The staging transpose then costs one
  * STS per value and no LDS/STG (ig_store: a shared round trip, then 4-byte stores of 16 pixels per channel). The
  * boxes are reused only after the previous tile's copies have read them (wait_group.read). */
 template <int NT>
 __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_smem &s, int m_wg, int img, int chunk,
                                              const float (&acc)[1][NT][4])
 {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wl = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
-    constexpr int BOX = NT * 8 * 32;
-    float *box = s.ostage + (wg * 2 + (wl >> 1)) * BOX;
-    const bool leader = (threadIdx.x & 127) == 0;
+    const int wg = threadIdx.x >> 7;
     if constexpr ((CF_IG_ABLATE & 2) != 0) { /* ablation: neither boxes nor copies (values kept alive) */
         float k = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
             k += acc[0][nt][0] + acc[0][nt][1] + acc[0][nt][2] + acc[0][nt][3];
         if (k == 1234.5f)
-            box[threadIdx.x & 31] = k;
+            s.ostage[threadIdx.x & 31] = k;
         return;
     }
-    if (leader && (CF_IG_ABLATE & 16) == 0) /* ablation 16: boxes rewritten without waiting (races on purpose) */
+    /* ablation 16: boxes rewritten without waiting (races on purpose) */
+    if ((threadIdx.x & 127) == 0 && (CF_IG_ABLATE & 16) == 0)
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     ig_wg_bar(wg);
-    if (NT == 8 && p.store_parts == 2) {
-        ig_store_tma_parts<NT, 2>(p, s, m_wg, img, chunk, acc);
-        return;
-    }
-    if (NT == 8 && p.store_parts == 4) {
-        ig_store_tma_parts<NT, 4>(p, s, m_wg, img, chunk, acc);
-        return;
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) { /* row c (128 bytes), 16-byte chunk col/4 XOR c%8: 32 writes, 32 banks */
-            const int c = nt * 8 + 2 * t + (e & 1), col = 16 * (wl & 1) + g + 8 * (e >> 1);
-            box[c * 32 + ((((col >> 2) ^ c) & 7) << 2) + (col & 3)] = acc[0][nt][e];
+    if constexpr (NT == 8) {
+        if (p.store_parts == 2) {
+            ig_store_tma_slices<NT, 2>(p, s, m_wg, img, chunk, acc);
+            return;
         }
-    fence_proxy_async(); /* the generic-proxy writes -> the bulk copy (async proxy) */
-    ig_wg_bar(wg);
-    if (leader && (CF_IG_ABLATE & 1) == 0) { /* ablation 1: boxes written, never copied out */
-        const uint32_t b0 = (uint32_t)__cvta_generic_to_shared(s.ostage + wg * 2 * BOX);
-#pragma unroll
-        for (int b = 0; b < 2; ++b)
-            asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
-                             &p.tmap_out),
-                         "r"(b0 + (uint32_t)(b * BOX * 4)), "r"(m_wg + 32 * b), "r"(chunk * NT * 8), "r"(img)
-                         : "memory");
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        if (p.store_parts == 4) {
+            ig_store_tma_slices<NT, 4>(p, s, m_wg, img, chunk, acc);
+            return;
+        }
     }
+    ig_store_tma_slices<NT, 1>(p, s, m_wg, img, chunk, acc);
 }
 
 /* ---- split mode (igemm.cuh, cf_ig_params::split): the two CTAs of a cluster hold the two channel halves ---- */

@@ -271,7 +271,7 @@ GRAM_CASES = [
 
 
 # The TMA store's boxes written and copied out in 1, 2 (the default for 8 n8 tiles) or 4 channel slices
-# (ig_store_tma_parts): the same values in the same places, so the outputs agree bit for bit; C_out 40 leaves the
+# (ig_store_tma_slices): the same values in the same places, so the outputs agree bit for bit; C_out 40 leaves the
 # second half mostly past C_out (clipped by the copy), 10x10 planes put the slices' rows 16 bytes into a sector.
 @pytest.mark.parametrize("case", [
     Case(False, 3, 8, 12, 12, 64, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN),
