@@ -225,13 +225,13 @@ struct ig_a_feed {
 
 /* acc = conv of this thread's 4 pixels x chunk's channels. */
 /* acc = f(acc) for every accumulator (the epilogue: each pointwise op gets its own unrolled loop). */
-template <int NT, int MT, typename F>
+template <int NT, int MT, int NB = 0, int NE = NT, typename F>
 __device__ __forceinline__ void ig_map(float (&acc)[MT][NT][4], F f)
 {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+        for (int nt = NB; nt < NE; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 acc[mt][nt][e] = f(acc[mt][nt][e]);
@@ -909,7 +909,7 @@ __device__ void ig_build_tables(const cf_ig_params &p, const ig_smem &s)
     }
 }
 
-template <int NT, int MT>
+template <int NT, int MT, int NB = 0, int NE = NT>
 __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_smem &s, int st_begin, int st_end,
                                                 int chunk, float (&acc)[MT][NT][4])
 {
@@ -920,7 +920,7 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
         if (kind == CF_IG_AFFINE) {
             const float2 *tab = s.tab + p.stage[st].table * cpad + chunk * NT * 8 + 2 * t;
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
+            for (int nt = NB; nt < NE; ++nt) {
                 const float2 t0 = tab[nt * 8], t1 = tab[nt * 8 + 1];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
@@ -933,7 +933,7 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
         } else if (kind == CF_IG_AFFINE_SIGMOID) {
             const float2 *tab = s.tab + p.stage[st].table * cpad + chunk * NT * 8 + 2 * t;
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
+            for (int nt = NB; nt < NE; ++nt) {
                 const float2 t0 = tab[nt * 8], t1 = tab[nt * 8 + 1];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
@@ -944,13 +944,13 @@ __device__ __forceinline__ void ig_apply_stages(const cf_ig_params &p, const ig_
                     }
             }
         } else if (kind == CF_IG_SIGMOID) {
-            ig_map<NT, MT>(acc, cf_sigmoid);
+            ig_map<NT, MT, NB, NE>(acc, cf_sigmoid);
         } else if (kind == CF_IG_RELU) {
-            ig_map<NT, MT>(acc, cf_relu);
+            ig_map<NT, MT, NB, NE>(acc, cf_relu);
         } else if (kind == CF_IG_TANH) {
-            ig_map<NT, MT>(acc, cf_tanh);
+            ig_map<NT, MT, NB, NE>(acc, cf_tanh);
         } else if (kind == CF_IG_GELU) {
-            ig_map<NT, MT>(acc, cf_gelu);
+            ig_map<NT, MT, NB, NE>(acc, cf_gelu);
         }
     }
 }
@@ -1114,17 +1114,33 @@ __device__ __forceinline__ void ig_store(const cf_ig_params &p, const ig_smem &s
 
 /* ig_store_tma's box writes and copies in PARTS channel slices, each copied out as soon as it is written (the caller
  * has waited for the previous tile's copies to read the boxes): the 32 shared stores of a tile leave in PARTS bursts
- * with a barrier and the copies of the slice before between them (cf_ig_params::store_parts). Row c (128 bytes),
- * 16-byte chunk col/4 XOR c%8: a warp's 32 writes hit 32 banks. */
+ * with a barrier and the copies of the slice before between them (cf_ig_params::store_parts). With `late` each
+ * slice's epilogue (every stage: no softmax) is applied here, just before its writes. Row c (128 bytes), 16-byte
+ * chunk col/4 XOR c%8: a warp's 32 writes hit 32 banks. */
 template <int NT, int PARTS>
 __device__ __forceinline__ void ig_store_tma_slices(const cf_ig_params &p, const ig_smem &s, int m_wg, int img,
-                                                    int chunk, const float (&acc)[1][NT][4])
+                                                    int chunk, float (&acc)[1][NT][4], bool late)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wl = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
     constexpr int BOX = NT * 8 * 32, NP = NT / PARTS; /* floats per box; n8 tiles per slice */
     float *box = s.ostage + (wg * 2 + (wl >> 1)) * BOX;
 #pragma unroll
     for (int h = 0; h < PARTS; ++h) {
+        if (late) { /* this slice's epilogue math just before its writes: a burst of writes, then math (H100,
+                       KB2-73 eval 0.279-0.287 -> 0.270-0.271 ms with the math of both halves first) */
+            if (h == 0)
+                ig_apply_stages<NT, 1, 0, NP>(p, s, 0, p.nstage, chunk, acc);
+            if constexpr (PARTS >= 2) {
+                if (h == 1)
+                    ig_apply_stages<NT, 1, NP, 2 * NP>(p, s, 0, p.nstage, chunk, acc);
+            }
+            if constexpr (PARTS >= 4) {
+                if (h == 2)
+                    ig_apply_stages<NT, 1, 2 * NP, 3 * NP>(p, s, 0, p.nstage, chunk, acc);
+                if (h == 3)
+                    ig_apply_stages<NT, 1, 3 * NP, 4 * NP>(p, s, 0, p.nstage, chunk, acc);
+            }
+        }
 #pragma unroll
         for (int nt = h * NP; nt < (h + 1) * NP; ++nt)
 #pragma unroll
@@ -1156,7 +1172,7 @@ __device__ __forceinline__ void ig_store_tma_slices(const cf_ig_params &p, const
  * boxes are reused only after the previous tile's copies have read them (wait_group.read). */
 template <int NT>
 __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_smem &s, int m_wg, int img, int chunk,
-                                             const float (&acc)[1][NT][4])
+                                             float (&acc)[1][NT][4], bool late)
 {
     const int wg = threadIdx.x >> 7;
     if constexpr ((CF_IG_ABLATE & 2) != 0) { /* ablation: neither boxes nor copies (values kept alive) */
@@ -1174,15 +1190,15 @@ __device__ __forceinline__ void ig_store_tma(const cf_ig_params &p, const ig_sme
     ig_wg_bar(wg);
     if constexpr (NT == 8) {
         if (p.store_parts == 2) {
-            ig_store_tma_slices<NT, 2>(p, s, m_wg, img, chunk, acc);
+            ig_store_tma_slices<NT, 2>(p, s, m_wg, img, chunk, acc, late);
             return;
         }
         if (p.store_parts == 4) {
-            ig_store_tma_slices<NT, 4>(p, s, m_wg, img, chunk, acc);
+            ig_store_tma_slices<NT, 4>(p, s, m_wg, img, chunk, acc, late);
             return;
         }
     }
-    ig_store_tma_slices<NT, 1>(p, s, m_wg, img, chunk, acc);
+    ig_store_tma_slices<NT, 1>(p, s, m_wg, img, chunk, acc, late);
 }
 
 /* ---- split mode (igemm.cuh, cf_ig_params::split): the two CTAs of a cluster hold the two channel halves ---- */
@@ -1674,7 +1690,9 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                     }
                 } else
                     ig_mainloop<NT, PASSES, MT>(p, s, px, ntaps, chunk, acc);
-                if ((CF_IG_ABLATE & 8) == 0)
+                /* the TMA store without a softmax applies the epilogue slice by slice (ig_store_tma_slices) */
+                const bool late = WG && NT <= 8 && !STATS && p.tma_store && p.softmax_stage < 0 && (CF_IG_ABLATE & 8) == 0;
+                if ((CF_IG_ABLATE & 8) == 0 && !late)
                     ig_apply_stages<NT, MT>(p, s, 0, pre_end, chunk, acc);
                 if ((CF_IG_ABLATE & 8) == 0 && p.softmax_stage >= 0) {
                     float cm[2 * MT], cl[2 * MT];
@@ -1702,7 +1720,7 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
                     ig_tile_stats<NT, MT>(p, s, px, chunk, acc);
                 if constexpr (WG && NT <= 8 && !STATS) {
                     if (p.tma_store) {
-                        ig_store_tma<NT>(p, s, m_tile + (warp >> 2) * 64, t_img, chunk, acc);
+                        ig_store_tma<NT>(p, s, m_tile + (warp >> 2) * 64, t_img, chunk, acc, late);
                         continue;
                     }
                 }
