@@ -483,10 +483,12 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     if (patched && p->nphase == 1 && nt <= 8 && (int64_t)p->oh * p->ow % 4 == 0 &&
         cf_env_int("CONVFUSE_IG_TMA_STORE", 1, 0, 1)) {
         p->tma_store = 1;
-        /* The boxes written and copied out in two channel halves (ig_store_tma_slices). H100, KB2-73, same runs:
-         * eval 0.300-0.314 -> 0.277-0.284 ms, train 0.466-0.481 -> 0.448-0.450; four slices 0.285-0.288 / 0.460;
-         * at sector-aligned planes (130x128 input) 0.256 -> 0.258. CONVFUSE_IG_STORE_PARTS=1|2|4 overrides. */
-        p->store_parts = nt == 8 ? cf_env_int("CONVFUSE_IG_STORE_PARTS", 2, 1, 4) : 1;
+        /* The boxes written and copied out in two channel halves (ig_store_tma_slices) where every other channel
+         * plane starts 16 bytes into a sector (OH*OW = 4 mod 8). H100, KB2-73, same runs: eval 0.300-0.314 ->
+         * 0.277-0.284 ms, train 0.466-0.481 -> 0.448-0.450; four slices 0.285-0.288 / 0.460. Sector-aligned planes
+         * (130x128 input) lose by it: 0.257 -> 0.263 (one slice kept there). CONVFUSE_IG_STORE_PARTS=1|2|4 overrides. */
+        const int64_t plane = (int64_t)p->oh * p->ow;
+        p->store_parts = nt == 8 ? cf_env_int("CONVFUSE_IG_STORE_PARTS", plane % 8 == 4 ? 2 : 1, 1, 4) : 1;
         if (p->store_parts == 3)
             p->store_parts = 2;
         if (cf_ig_smem_bytes(p, nt) > limit)
