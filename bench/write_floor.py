@@ -1,25 +1,17 @@
 """Memory ceilings at the KB2-73 output shape (development measurement; prints, writes nothing).
 
-Times, with CUDA events (median of 20 after warm-up), writing the 0.52 GB output tensor (fill_), copying the
-67 MB input into a fresh tensor, and one elementwise pass over the output (mul_ in place: read + write), so the
-output pass's time can be set against what this GPU's memory system does for the same bytes in the same run.
+Times, with bench/common.py's time_ms (CUDA events, median of 20, L2 flushed before each), writing the 0.52 GB
+output tensor (fill_), copying the 67 MB input into a fresh tensor, and one elementwise pass over the output (mul_
+in place: read + write), so the output pass's time can be set against what this GPU's memory system does for the
+same bytes in the same run.
 """
 import torch
 
+from common import time_ms
 
-def timed(fn, iters=20):
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+
+def timed(fn):
+    return time_ms(fn, iters=20)["median"]
 
 
 def main():
