@@ -121,6 +121,35 @@ for step in "$@"; do
             echo "--- this build"
         fi
         timeout 300 python3 bench/latency.py --out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency.txt" || rc=1 ;;
+    gram)  # training statistics: the baseline CLI (bench/ablate.sh ABLATE_BASE=<ref>) against this build with its
+           # knobs (GRAM_KNOBS), alternating, CLI timing; then per-kernel GPU times of both knob ends
+        for r in 1 2; do
+            for k in base DEFAULT=1 ${GRAM_KNOBS:-CONVFUSE_PDL=0 CONVFUSE_GRAM_PREFETCH=0}; do
+                b=.devbuild/convfuse; [ "$k" = base ] && { b=.devbuild/convfuse_abl_base; k=DEFAULT=1; }
+                [ -x "$b" ] || continue
+                for a in "kb2-73 --mode train" ${GRAM_EVAL:+"kb2-73 --mode eval"}; do
+                    echo "--- $(basename $b) $k: convfuse run $a"
+                    env $k timeout 100 $b run $a --iters ${AB_ITERS:-40} 2>&1 | grep -E "^time|FAIL|rror" | sed -E 's/ \(median.*//' || rc=1
+                done
+            done
+        done 2>&1 | tee "$OUT/gram.txt"
+        for k in DEFAULT=1 "CONVFUSE_PDL=0 CONVFUSE_GRAM_PREFETCH=0"; do
+            echo "--- kernels, $k"; env $k timeout 100 python3 bench/kernels.py kb2-73 128 20 2>&1 | tail -12
+        done 2>&1 | tee -a "$OUT/gram.txt" ;;
+    ncutrain)  # ncu of the training chain's small kernels (NCU_KERNELS regex), the baseline CLI and this build
+        for b in .devbuild/convfuse_abl_base .devbuild/convfuse; do
+            [ -x "$b" ] || continue
+            echo "--- $(basename $b)"
+            timeout 200 ncu --kernel-name "regex:${NCU_KERNELS:-finalize|gram_sum|gram_stats}" --launch-skip 6 --launch-count 3 \
+                --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
+                $b run kb2-73 --mode train --iters 3 2>&1 | grep -E "^  [a-z_:]+.*\(|Duration|Warp Cycles Per Issued|Stall|Block Size|Grid Size|Registers|Achieved Occ|Elapsed Cycles|SM Frequency" | head -60
+        done 2>&1 | tee "$OUT/ncutrain.txt" ;;
+    ncugram)  # ncu of the Gram kernel (this build, KB2-73 train): where its time goes
+        timeout 200 ncu --kernel-name regex:cf_gram_kernel --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+            --section MemoryWorkloadAnalysis --section InstructionStats --section Occupancy \
+            .devbuild/convfuse run kb2-73 --mode train --iters 3 > "$OUT/ncu_gram.txt" 2>&1 || rc=1
+        grep -E "Duration|Throughput|Busy|Stall|Warp Cycles|Issued|Pipe|Bank|Hit Rate|Executed Ipc|Shared" "$OUT/ncu_gram.txt" | head -50 ;;
     report) timeout 560 python3 bench/report.py --out-dir "$OUT" ${REPORT_ARGS:-} 2>&1 | tail -40 || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac

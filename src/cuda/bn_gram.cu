@@ -3,6 +3,7 @@
 #include "bn_gram_host.h"
 #include "igemm_host.h"
 #include "epilogue.cuh"
+#include "pdl.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh" /* fence_proxy_async */
 
@@ -312,21 +313,36 @@ __device__ __forceinline__ void gram_class_range(int rc, int k, int o, int *begi
 /* Frame CTA: the positions of one frame class in a slice of the batch, straight from global memory (the frame is
  * ~6% of the pixels). Each warp walks a contiguous run of positions: along a row for the border rows' core columns,
  * down a column for the core rows' edge columns, so one step loads only the partners that enter the window. */
-__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int cig, int cj, gram_acc &acc)
+/* Frame job f: its class's rows [u0, u1) and columns [v0, v1), and its slice [c0, c1) of the class's positions over
+ * the batch (position t: image t / per, then row-major in the class); false if f is no frame job. */
+struct gram_job {
+    int u0, u1, v0, v1, nc, per, c0, c1;
+};
+__device__ __forceinline__ bool gram_frame_job(const cf_gram_params &p, int f, gram_job &j)
 {
-    /* f: the frame job, a slice of one class */
     int k = 0;
     while (k < CF_GRAM_NCLS && !(f >= p.cls_first[k] && f < p.cls_first[k] + p.cls_count[k] && k != CF_GRAM_CORE))
         ++k;
-    const int warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
     if (k == CF_GRAM_NCLS)
+        return false;
+    gram_class_range(k / GNCC, GKH, p.oh, &j.u0, &j.u1);
+    gram_class_range(k % GNCC, GKW, p.ow, &j.v0, &j.v1);
+    j.nc = j.v1 - j.v0;
+    j.per = (j.u1 - j.u0) * j.nc;
+    const int total = j.per * p.n, slice = f - p.cls_first[k];
+    j.c0 = (int)((long long)total * slice / p.cls_count[k]);
+    j.c1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
+    return true;
+}
+
+__device__ void gram_frame(const cf_gram_params &p, const float *shift, int f, int cig, int cj, gram_acc &acc)
+{
+    /* f: the frame job, a slice of one class */
+    gram_job j;
+    const int warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
+    if (!gram_frame_job(p, f, j))
         return;
-    int u0, u1, v0, v1;
-    gram_class_range(k / GNCC, GKH, p.oh, &u0, &u1);
-    gram_class_range(k % GNCC, GKW, p.ow, &v0, &v1);
-    const int nc = v1 - v0, per = (u1 - u0) * nc, total = per * p.n, slice = f - p.cls_first[k];
-    const int c0 = (int)((long long)total * slice / p.cls_count[k]);
-    const int c1 = (int)((long long)total * (slice + 1) / p.cls_count[k]);
+    const int u0 = j.u0, u1 = j.u1, v0 = j.v0, v1 = j.v1, nc = j.nc, per = j.per, c0 = j.c0, c1 = j.c1;
     /* this warp's part of the slice (lanes beyond p.lanes, when a warp holds several row slots, take none) */
     const int t0 = c0 + (int)((long long)(c1 - c0) * warp / nwarp), t1 = c0 + (int)((long long)(c1 - c0) * (warp + 1) / nwarp);
     if (threadIdx.x % 32 >= p.lanes && p.lanes < 32)
@@ -457,6 +473,15 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
     __syncthreads();
     /* the core rows (their edge columns on the side), then this CTA's frame job: each class summed into its own row
        of partials: [0, M) core, [M (1 + e), M (2 + e)) edge column e, then the frame jobs */
+    /* The second half of the grid (the second CTA on each SM, as the blocks are handed out) takes its frame job
+     * first: the frame's global loads are latency-bound and the core rows' products FMA-bound, so the two CTAs of
+     * an SM overlap them instead of both waiting on their frame loads at the end. The partial rows are the same. */
+    const bool frame_first = p.frame_first && b >= (int)gridDim.x / 2 && b < p.frame_jobs;
+    if (frame_first) {
+        if (!(p.debug & 1))
+            gram_frame(p, shift, b, cig, cj, acc);
+        gram_flush(p, sm, g, cig, cj, acc, 5 * p.main_ctas + b);
+    }
     gram_main(p, sm, es, bar, shift, b, g, cig, cj, acc);
     gram_flush(p, sm, g, cig, cj, acc, b);
     for (int e = 0; e < 4; ++e) {
@@ -470,11 +495,14 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
         }
         gram_flush(p, sm, g, cig, cj, acc, p.main_ctas * (1 + e) + b);
     }
-    if (b < p.frame_jobs) {
+    if (b < p.frame_jobs && !frame_first) {
         if (!(p.debug & 1))
             gram_frame(p, shift, b, cig, cj, acc);
         gram_flush(p, sm, g, cig, cj, acc, 5 * p.main_ctas + b);
     }
+    /* the sum kernel's blocks may be scheduled once every CTA is here (PDL, pdl.cuh). Released at the start instead,
+     * the chain measured 0.444 against 0.438 ms without PDL; released here, 0.430 against 0.440 (docs/kb2_73.md) */
+    cf_grid_release();
 }
 
 /* Which tap windows R(d) hold position class k: bit dy*kw + dx */
@@ -493,15 +521,12 @@ __host__ __device__ inline int gram_class_windows(int k)
 }
 
 /* Per entry and tap window, the sum over every CTA whose class lies inside the window: a warp per entry, its lanes
- * over the CTAs (independent loads), then a fixed butterfly (deterministic). */
+ * over the CTAs (independent loads), then a fixed butterfly (deterministic). Four warps per entry (its rows split
+ * four ways, no class table) measured slower: 13.8 against 11 us. */
 __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant__ cf_gram_params p)
 {
+    cf_grid_release();
     __shared__ short windows_of[CF_GRAM_MAX_ROWS]; /* per row of partials: the windows of its class */
-    if (blockIdx.x == 0 && threadIdx.x == 0) { /* the stats kernel's flags (it runs next) */
-        p.ok[0] = 1;
-        p.ok[1] = 0;
-        p.ok[2] = 0;
-    }
     const int nblocks = p.nrows;
     for (int k = 0; k < CF_GRAM_NCLS; ++k) {
         const int mask = gram_class_windows(k);
@@ -515,6 +540,11 @@ __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant_
             windows_of[p.main_ctas * (1 + e) + j] = (short)mask;
     }
     __syncthreads();
+    cf_grid_wait(); /* the partials of the Gram kernel */
+    if (blockIdx.x == 0 && threadIdx.x == 0) { /* the stats kernel's flags (it runs next) */
+        p.ok[0] = 1;
+        p.ok[1] = 0;
+    }
     const int lane = threadIdx.x & 31, e = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (e >= p.ne)
         return;
@@ -560,127 +590,80 @@ __global__ void __launch_bounds__(256) cf_gram_sum_kernel(const __grid_constant_
         p.gram[(size_t)l * K + k] = mine;
 }
 
-/* The patch covariance, then per channel mean, variance and the guard, written as one (count, mean, M2) block; CPW
- * channels per warp per pass over the covariance, the lanes over its columns (consecutive doubles: no bank
- * conflicts), CF_GRAM_STATS_WARPS * CPW channels per block. The last block to finish (a ticket) finishes the batch
- * norm itself (scale/shift, running statistics) where every channel passed the guard; the finalize kernel then
- * returns at once. p.ok: [0] all passed (set to 1 by the sum kernel), [1] the largest ratio, [2] the ticket. */
-#define CF_GRAM_STATS_WARPS 8
-__global__ void __launch_bounds__(CF_GRAM_STATS_WARPS * 32) cf_gram_stats_kernel(const __grid_constant__ cf_gram_params p)
+/* One block per channel c: the quadratic form w^T G w, the first moments and the guard, straight from G in global
+ * memory (it is 41 KB: every block reads it from L2), written as channel c of one (count, mean, M2) block.
+ *     E[y'] = w . s1 / M,   var_c = (w^T G w - (w . s1)^2 / M) / M   (y' = w . x', in double),
+ * the same covariance form as Cov = (G - s1 s1^T / M) / M, without building Cov. The guard's bound needs E[x'_k^2],
+ * which is G_kk / M. The flags are fire-and-forget atomics (p.ok: [0] all channels passed, set to 1 by the sum
+ * kernel; [1] the largest ratio); the finalize kernel, next but one on the stream, finishes the batch norm from
+ * this block when p.ok[0] stands. No ticket, no block waits on another: 5.9 us, where 4 blocks of 16 channels that
+ * built Cov in shared memory and finished the batch norm in the last block (a ticket) took 16 us. */
+__global__ void __launch_bounds__(256) cf_gram_stats_kernel(const __grid_constant__ cf_gram_params p)
 {
-    constexpr int CPW = 2, LPL = (CF_GRAM_MAX_CIN * GKH * GKW + 31) / 32; /* channels per warp, columns per lane */
-    extern __shared__ double gram_cov[]; /* [K][K] covariance, [K] first-moment sums, [warps][CPW][K] weights */
+    constexpr int KMAX = CF_GRAM_MAX_CIN * GKH * GKW;
+    __shared__ double w[KMAX], s1[KMAX];
     __shared__ float shift[CF_GRAM_MAX_CIN];
-    __shared__ int all_ok, last;
-    __shared__ float worst;
-    const int taps = GKH * GKW, K = p.cin * taps;
-    double *cov = gram_cov, *s1 = gram_cov + K * K, *wall = s1 + K;
+    __shared__ double red[4][8];
+    const int taps = GKH * GKW, K = p.cin * taps, c = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const double count = (double)p.n * p.oh * p.ow, inv_count = 1.0 / count;
-    if (threadIdx.x == 0) {
-        all_ok = 1;
-        worst = 0.f;
-    }
-    gram_shifts(p, shift);
+    cf_grid_release();
+    /* before the wait: the input rows of the shifts and the weights, which no kernel of this chain writes */
+    for (int k = threadIdx.x; k < K; k += blockDim.x)
+        w[k] = (double)p.wei[(size_t)c * K + k];
+    gram_shifts(p, shift); /* ends with a barrier */
+    cf_grid_wait(); /* G and s1 from the sum kernel */
     for (int k = threadIdx.x; k < K; k += blockDim.x)
         s1[k] = p.s1[k];
-    __syncthreads();
-#pragma unroll 4
-    for (int idx = threadIdx.x; idx < K * K; idx += blockDim.x) {
-        const int k = idx / K, l = idx - k * K;
-        cov[idx] = (p.gram[idx] - s1[k] * s1[l] * inv_count) * inv_count;
+    double q = 0, ws = 0, wshift = 0, bound = 0;
+    __syncthreads(); /* s1 */
+    /* w^T G w: a warp per row k of G, its lanes along the row (coalesced; no index division) */
+#pragma unroll 3
+    for (int k = warp; k < K; k += blockDim.x >> 5) {
+        double r = 0;
+#pragma unroll
+        for (int i = 0; i < (KMAX + 31) / 32; ++i) {
+            const int l = lane + 32 * i;
+            if (l < K)
+                r = fma(w[l], p.gram[(size_t)k * K + l], r);
+        }
+        q = fma(w[k], r, q);
+    }
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        ws += w[k] * s1[k];
+        wshift += w[k] * (double)shift[k / taps];
+        bound += fabs(w[k]) * sqrt(fmax(p.gram[(size_t)k * K + k], 0.0) * inv_count); /* sqrt(E[x'^2]) */
+    }
+    double v[4] = {q, ws, wshift, bound};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        for (int o = 16; o > 0; o >>= 1)
+            v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+        if (lane == 0)
+            red[i][warp] = v[i];
     }
     __syncthreads();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    double *wb = wall + (size_t)warp * CPW * K;
-    const int c0 = (blockIdx.x * CF_GRAM_STATS_WARPS + warp) * CPW;
-    if (c0 < p.cout) {
-        for (int i = lane; i < CPW * K; i += 32)
-            wb[i] = c0 + i / K < p.cout ? (double)p.wei[(size_t)c0 * K + i] : 0.0;
-        __syncwarp();
-        double u[CPW][LPL] = {};
-        for (int k = 0; k < K; ++k) {
-            double wk[CPW];
-#pragma unroll
-            for (int cc = 0; cc < CPW; ++cc)
-                wk[cc] = wb[cc * K + k];
-#pragma unroll
-            for (int li = 0; li < LPL; ++li) {
-                const int l = lane + 32 * li;
-                const double ckl = l < K ? cov[k * K + l] : 0.0;
-#pragma unroll
-                for (int cc = 0; cc < CPW; ++cc)
-                    u[cc][li] = fma(ckl, wk[cc], u[cc][li]);
-            }
-        }
-        double q[CPW], m[CPW], bound[CPW];
-#pragma unroll
-        for (int cc = 0; cc < CPW; ++cc) {
-            q[cc] = m[cc] = bound[cc] = 0;
-#pragma unroll
-            for (int li = 0; li < LPL; ++li) {
-                const int k = lane + 32 * li;
-                if (k >= K)
-                    continue;
-                const double wk = wb[cc * K + k], mk = s1[k] * inv_count; /* E[x'] of this tap */
-                q[cc] += wk * u[cc][li];
-                m[cc] += wk * (mk + (double)shift[k / taps]);
-                bound[cc] += fabs(wk) * sqrt(cov[k * K + k] + mk * mk); /* sqrt(E[x'^2]) */
-            }
-            for (int o = 16; o > 0; o >>= 1) {
-                q[cc] += __shfl_xor_sync(0xffffffffu, q[cc], o);
-                m[cc] += __shfl_xor_sync(0xffffffffu, m[cc], o);
-                bound[cc] += __shfl_xor_sync(0xffffffffu, bound[cc], o);
-            }
-        }
-        if (lane < CPW && c0 + lane < p.cout) {
-            double qc = q[0], mc = m[0], bc = bound[0];
-#pragma unroll
-            for (int cc = 1; cc < CPW; ++cc)
-                if (lane == cc) {
-                    qc = q[cc];
-                    mc = m[cc];
-                    bc = bound[cc];
-                }
-            const int c = c0 + lane;
-            double a = 1.0, b = p.bia ? (double)p.bia[c] : 0.0; /* the bias and the affine ops before the batch norm */
-            for (int o = 0; o < p.bn; ++o)
-                cf_epi_fold_affine(p.op[o], c, &a, &b);
-            const double mean = a * mc + b, var = a * a * qc;
-            const bool ok = qc > 0 && bc * bc <= CF_GRAM_KAPPA * qc && isfinite(mean) && isfinite(var);
-            if (!ok)
-                all_ok = 0;
-            const float ratio = qc > 0 ? (float)(bc * bc / qc) : INFINITY; /* positive: ordered as int bits */
-            atomicMax(reinterpret_cast<int *>(&worst), __float_as_int(ratio != ratio ? INFINITY : ratio));
-            float *st = p.stats + (size_t)c * 3;
-            st[0] = __int_as_float((int)count);
-            st[1] = (float)mean;
-            st[2] = (float)(var * count);
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        if (!all_ok)
-            atomicAnd(&p.ok[0], 0);
-        atomicMax(&p.ok[1], __float_as_int(worst));
-        __threadfence(); /* this block's statistics and flags before its ticket */
-        last = atomicAdd(&p.ok[2], 1) == (int)gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last)
+    if (threadIdx.x != 0)
         return;
-    __threadfence();
-    if (!__ldcg(&p.ok[0]))
-        return; /* the direct pass and cf_bn_finalize_kernel take over */
-    __shared__ double factor;
-    if (threadIdx.x == 0)
-        factor = cf_bn_momentum_factor(p.bn_args.nbt, p.bn_args.momentum);
-    __syncthreads();
-    for (int c = threadIdx.x; c < p.cout; c += blockDim.x) {
-        const float *st = p.stats + (size_t)c * 3;
-        const cf_gram_bn &a = p.bn_args;
-        cf_bn_finish_channel(c, count, __ldcg(st + 1), __ldcg(st + 2), factor, a.eps, a.gamma, a.beta, a.rm, a.rv,
-                             a.scale, a.shift);
+    for (int i = 0; i < 4; ++i) { /* the warps in order: deterministic */
+        v[i] = red[i][0];
+        for (int ww = 1; ww < (int)(blockDim.x >> 5); ++ww)
+            v[i] += red[i][ww];
     }
+    const double mc = v[1] * inv_count + v[2], qc = (v[0] - v[1] * v[1] * inv_count) * inv_count, bc = v[3];
+    double a = 1.0, b = p.bia ? (double)p.bia[c] : 0.0; /* the bias and the affine ops before the batch norm */
+    for (int o = 0; o < p.bn; ++o)
+        cf_epi_fold_affine(p.op[o], c, &a, &b);
+    const double mean = a * mc + b, var = a * a * qc;
+    const bool ok = qc > 0 && bc * bc <= CF_GRAM_KAPPA * qc && isfinite(mean) && isfinite(var);
+    if (!ok)
+        atomicAnd(&p.ok[0], 0);
+    const float ratio = qc > 0 ? (float)(bc * bc / qc) : INFINITY; /* positive: ordered as int bits */
+    atomicMax(&p.ok[1], __float_as_int(ratio != ratio ? INFINITY : ratio));
+    float *st = p.stats + (size_t)c * 3;
+    st[0] = __int_as_float((int)count);
+    st[1] = (float)mean;
+    st[2] = (float)(var * count);
 }
 
 } /* namespace cf */
@@ -831,7 +814,7 @@ size_t cf_gram_workspace_bytes(const struct cf_plan *plan, int bn)
         return 0;
     const size_t K = (size_t)p.cin * CF_GRAM_KH * CF_GRAM_KW;
     const size_t part_bytes = ((size_t)(p.frame_jobs + 5 * p.main_ctas) * p.ne * sizeof(float) + 7) & ~(size_t)7;
-    return part_bytes + (K * K + K) * sizeof(double) + 3 * sizeof(int);
+    return part_bytes + (K * K + K) * sizeof(double) + 2 * sizeof(int);
 }
 
 static std::mutex gram_mu;
@@ -846,14 +829,12 @@ static cf_status_t gram_set_attr(bool force)
         return CF_STATUS_SUCCESS;
     CF_CUDA_TRY(cudaFuncSetAttribute((const void *)cf::cf_gram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      224 * 1024));
-    CF_CUDA_TRY(cudaFuncSetAttribute((const void *)cf::cf_gram_stats_kernel,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
     gram_attr_dev = dev;
     return CF_STATUS_SUCCESS;
 }
 
 cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, int bn, const struct cf_ig_op *ops,
-                           const cf_gram_bn *bnargs, void *workspace, float *stats, cudaStream_t stream, int **ok_out)
+                           void *workspace, float *stats, cudaStream_t stream, int **ok_out)
 {
     *ok_out = NULL;
     if (!gram_env())
@@ -875,6 +856,7 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     p.ok = (int *)(p.s1 + K);
     p.stats = stats;
     p.debug = cf_env_int("CONVFUSE_GRAM_DEBUG", 0, 0, 3); /* timing only: 1 no frame jobs, 2 no core products */
+    p.frame_first = cf_env_int("CONVFUSE_GRAM_FRAME_FIRST", 1, 0, 1);
     if (p.debug)
         fprintf(stderr, "convfuse: CONVFUSE_GRAM_DEBUG=%d skips part of the Gram statistics: the batch norm's output "
                         "is WRONG (for timing the parts only)\n", p.debug);
@@ -886,7 +868,6 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
         p.tma = cf_tmap_f32(&p.tmap, p.src, 4, dim, stride, box, CU_TENSOR_MAP_SWIZZLE_NONE,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
     }
-    p.bn_args = *bnargs;
     const size_t smem = gram_smem_layout(&p);
     cf_status_t st = gram_set_attr(false);
     if (st != CF_STATUS_SUCCESS)
@@ -900,12 +881,9 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
         cf::cf_gram_kernel<<<grid, CF_GRAM_THREADS, smem, stream>>>(p);
         CF_CUDA_TRY(cudaGetLastError());
     }
-    cf::cf_gram_sum_kernel<<<(unsigned)((p.ne + 7) / 8), 256, 0, stream>>>(p);
-    CF_CUDA_TRY(cudaGetLastError());
-    const size_t stats_smem = (size_t)(K * K + K + CF_GRAM_STATS_WARPS * 2 * K) * sizeof(double);
-    const int per_block = CF_GRAM_STATS_WARPS * 2;
-    cf::cf_gram_stats_kernel<<<(p.cout + per_block - 1) / per_block, CF_GRAM_STATS_WARPS * 32, stats_smem, stream>>>(p);
-    CF_CUDA_TRY(cudaGetLastError());
+    const bool pdl = cf_pdl_enabled();
+    CF_CUDA_TRY(cf::cf_launch(cf::cf_gram_sum_kernel, dim3((unsigned)((p.ne + 7) / 8)), dim3(256), 0, stream, pdl, p));
+    CF_CUDA_TRY(cf::cf_launch(cf::cf_gram_stats_kernel, dim3((unsigned)p.cout), dim3(256), 0, stream, pdl, p));
     if (cf_verbose("launch"))
         fprintf(stderr,
                 "convfuse: launch: batch-norm statistics from the input Gram (CTAs=%d, bands of %d rows staged by %s, "

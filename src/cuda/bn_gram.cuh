@@ -16,9 +16,9 @@
  *
  * Kernels: cf_gram_kernel (one wave of CTAs: core rows, then one frame job each; per-CTA partial sums, reduced in
  * double and stored as float), cf_gram_sum_kernel (fixed-order sums per tap window: G and the first moments),
- * cf_gram_stats_kernel (blocks of 16 channels: the covariance, per-channel mean and variance, the guard; the last
- * block finishes the batch norm). The result is one (count, mean, M2) block in the statistics buffer, and, where
- * the statistics stand, the batch norm's scale/shift and running statistics.
+ * cf_gram_stats_kernel (a block per channel: the quadratic form, the mean, the guard). The result is one (count,
+ * mean, M2) block in the statistics buffer; where the statistics stand, cf_bn_finalize_kernel (igemm.cu) finishes
+ * the batch norm from it (scale/shift, running statistics).
  *
  * Guard: var_c = w^T Cov w cancels when the patch values are strongly correlated (smooth images, weights that
  * difference neighbours). Its rounding error is at most about eps_acc * (sum_k |w_k| sqrt(E[x'_k^2]))^2; where
@@ -40,15 +40,6 @@
 #define CF_GRAM_MAX_ROWS 8192 /* rows of partial sums (the class table of the sum kernel) */
 #define CF_GRAM_KAPPA 256.0 /* the guard's bound on the cancellation ratio (docs/kb2_73.md) */
 
-/* The training batch norm's arguments, for finishing it where the Gram statistics stand */
-struct cf_gram_bn {
-    double eps, momentum; /* momentum < 0: cumulative average */
-    const float *gamma, *beta;
-    float *rm, *rv;
-    int64_t *nbt;
-    float *scale, *shift;
-};
-
 struct cf_gram_params {
     /* the input as a TMA tensor {W, H, C, N} (fastest first), box {ls, box_rows, C_in, 1} from x = -4: one copy
      * per band lands in the shared layout below, its zero fill the column guards (tma = 1) */
@@ -59,6 +50,7 @@ struct cf_gram_params {
     int bufs;         /* staging buffers (TMA): 1 or 2 */
     int es_off;       /* floats from the staging base to the edge columns' sums (past staging and flush area) */
     int debug;        /* CONVFUSE_GRAM_DEBUG, for timing the parts: 1 skips the frame jobs, 2 the core products */
+    int frame_first;  /* CONVFUSE_GRAM_FRAME_FIRST (default 1): the second half of the grid does its frame job first */
     const float *src, *wei, *bia;
     int n, cin, h, w, cout, oh, ow;
     int cinp;  /* C_in rounded up to even: a lane owns the channel pairs (2 cig, cj) and (2 cig + 1, cj) */
@@ -80,41 +72,9 @@ struct cf_gram_params {
     double *s1;     /* [K]: sum over the pixels of x'_k */
     float *stats;   /* (count, mean, M2) per channel: block 0 of the statistics buffer */
     int *ok;        /* [0] 1: the statistics stand, 0: the direct pass computes them; [1] the largest cancellation
-                       ratio (float bits); [2] the stats kernel's ticket */
+                       ratio (float bits) */
     int bn;         /* the batch norm's chain index: ops [0, bn) are per-channel affine, folded with the bias */
     struct cf_ig_op op[CF_CHAIN_MAX_OPS];
-    struct cf_gram_bn bn_args; /* the batch norm itself, finished here when the statistics stand */
 };
-
-/* num_batches_tracked += 1 (if tracked); the running-statistics factor: momentum, or 1/count for a cumulative
- * average (momentum < 0), as torch.nn.BatchNorm2d */
-__device__ inline double cf_bn_momentum_factor(int64_t *nbt, double momentum)
-{
-    double f = momentum;
-    if (nbt) {
-        const int64_t v = *nbt + 1;
-        *nbt = v;
-        if (momentum < 0)
-            f = 1.0 / (double)v;
-    }
-    return f;
-}
-
-/* Channel c of a training batch norm from its batch statistics over n values (mean, m2 = sum of squared
- * deviations): scale/shift of x*scale + shift, and the running statistics (unbiased variance). */
-__device__ inline void cf_bn_finish_channel(int c, double n, double mean, double m2, double factor, double eps,
-                                            const float *gamma, const float *beta, float *rm, float *rv, float *scale,
-                                            float *shift)
-{
-    const double var = m2 / n;
-    const double inv = 1.0 / sqrt(var + eps);
-    const double sc = (gamma ? (double)gamma[c] : 1.0) * inv;
-    scale[c] = (float)sc;
-    shift[c] = (float)((beta ? (double)beta[c] : 0.0) - mean * sc);
-    if (rm && rv) {
-        rm[c] = (float)((1.0 - factor) * rm[c] + factor * mean);
-        rv[c] = (float)((1.0 - factor) * rv[c] + factor * (n > 1 ? m2 / (n - 1) : NAN));
-    }
-}
 
 #endif

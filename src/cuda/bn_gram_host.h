@@ -12,9 +12,9 @@ size_t cf_gram_workspace_bytes(const struct cf_plan *plan, int bn);
 /* Launch the Gram pass, its class sums and the statistics block: stats gets one (count, mean, M2) block and *ok_out
  * points at the device flag that says whether it stands (the direct pass and the finalize read it). *ok_out is
  * NULL where the path does not run (unsupported, or turned off): then the direct pass must. ops: the chain's ops
- * [0, bn) as the device sees them. Where the statistics stand, the launch also writes the batch norm's scale/shift and
- * running statistics (bnargs); cf_bn_finalize_kernel must then be told (*ok_out) to skip them. */
+ * [0, bn) as the device sees them. cf_bn_finalize_kernel finishes the batch norm from the block where the flag
+ * stands. The sum and statistics kernels are launched with PDL (cf_pdl_enabled), the Gram kernel without. */
 cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, int bn, const struct cf_ig_op *ops,
-                           const struct cf_gram_bn *bnargs, void *workspace, float *stats, cudaStream_t stream, int **ok_out);
+                           void *workspace, float *stats, cudaStream_t stream, int **ok_out);
 
 #endif

@@ -4,6 +4,7 @@
 #include "bn_gram_host.h"
 #include "igemm_kernel.cuh"
 #include "igemm_host.h"
+#include "pdl.cuh"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -629,54 +630,119 @@ size_t cf_ig_workspace_bytes(const struct cf_plan *plan)
     return (blocks * cpad * 3 + 2 * cpad) * sizeof(float) + (gram ? 16 + gram : 0);
 }
 
-/* Merge per-CTA (count, mean, M2) in fixed order, in double (deterministic); fold gamma/beta into
- * scale/shift; update the running statistics as torch.nn.BatchNorm2d does. One block. */
-__global__ void cf_bn_finalize_kernel(const float *stats, int nblocks, const int *single, int cpad, int cout,
-                                      double eps, double momentum, const float *gamma, const float *beta, float *rm,
-                                      float *rv, int64_t *nbt, float *scale, float *shift)
+/* Channel c of a training batch norm from its batch statistics over n values (mean, m2 = sum of squared
+ * deviations): scale/shift of x*scale + shift, and the running statistics (unbiased variance), as
+ * torch.nn.BatchNorm2d. g, b: gamma and beta; rmc, rvc: the running statistics before this batch. */
+__device__ static void cf_bn_finish_channel(int c, double n, double mean, double m2, double factor, double eps, float g,
+                                            float b, float rmc, float rvc, float *rm, float *rv, float *scale,
+                                            float *shift)
 {
+    const double var = m2 / n;
+    const double inv = 1.0 / sqrt(var + eps);
+    const double sc = (double)g * inv;
+    scale[c] = (float)sc;
+    shift[c] = (float)((double)b - mean * sc);
+    if (rm && rv) {
+        rm[c] = (float)((1.0 - factor) * rmc + factor * mean);
+        rv[c] = (float)((1.0 - factor) * rvc + factor * (n > 1 ? m2 / (n - 1) : NAN));
+    }
+}
+
+/* Merge per-CTA (count, mean, M2) in fixed order, in double (deterministic); fold gamma/beta into
+ * scale/shift; update the running statistics as torch.nn.BatchNorm2d does. One block, channels in chunks of its
+ * threads: a warp per channel merges the partials (lanes over the CTAs, then a fixed butterfly) into shared memory,
+ * then thread c finishes channel c with the parameters it loaded before the merge (one channel after another per
+ * warp, each load waiting on the previous store, took ~17 us for 64 channels). Where the Gram statistics stood
+ * (*single), block 0 is the Gram's and holds each channel's whole statistics: no merge. */
+__global__ void __launch_bounds__(1024) cf_bn_finalize_kernel(const float *stats, int nblocks, const int *single,
+                                                              int cpad, int cout, double eps, double momentum,
+                                                              const float *gamma, const float *beta, float *rm,
+                                                              float *rv, int64_t *nbt, float *scale, float *shift)
+{
+    __shared__ double part[3][1024]; /* this chunk's merged (n, mean, m2) */
     __shared__ double factor;
-    if (single && *single) /* the Gram statistics stood: cf_gram_stats_kernel finished the batch norm */
-        return;
-    if (threadIdx.x == 0)
-        factor = cf_bn_momentum_factor(nbt, momentum);
-    __syncthreads();
-    /* One warp per channel: each lane merges a strided subset of the CTA partials, then a fixed butterfly
-     * merges the lanes (deterministic). One thread per channel walking all partials took ~90 us. */
+    cf::cf_grid_release();
+    int64_t batches = 0; /* num_batches_tracked: no kernel of this chain before this one writes it */
+    if (threadIdx.x == 0 && nbt)
+        batches = *nbt;
+    cf::cf_grid_wait();
+    const bool gram = single && *single;
+    if (threadIdx.x == 0) { /* the running statistics' factor: momentum, or 1/count for a cumulative average */
+        double f = momentum;
+        if (nbt) {
+            *nbt = batches + 1;
+            if (momentum < 0)
+                f = 1.0 / (double)(batches + 1);
+        }
+        factor = f;
+    }
     const int lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
-    for (int c = threadIdx.x >> 5; c < cout; c += nwarp) {
-        double n = 0, mean = 0, m2 = 0;
-        for (int b = lane; b < nblocks; b += 32) {
-            const float *s = stats + ((size_t)b * cpad + c) * 3;
-            const double nb = (double)__float_as_int(s[0]);
-            if (nb == 0)
-                continue;
-            const double mb = s[1], qb = s[2];
-            const double nn = n + nb, delta = mb - mean;
-            mean += delta * nb / nn;
-            m2 += qb + delta * delta * n * nb / nn;
-            n = nn;
-        }
-        for (int o = 1; o < 32; o <<= 1) {
-            const double nb = __shfl_xor_sync(0xffffffffu, n, o), mb = __shfl_xor_sync(0xffffffffu, mean, o),
-                         qb = __shfl_xor_sync(0xffffffffu, m2, o);
-            /* both partners combine (lower lane first) so every lane ends with the same bits */
-            const bool low = (lane & o) == 0;
-            const double n1 = low ? n : nb, m1 = low ? mean : mb, q1 = low ? m2 : qb;
-            const double n2 = low ? nb : n, mm2 = low ? mb : mean, q2 = low ? qb : m2;
-            const double nn = n1 + n2;
-            if (nn > 0) {
-                const double delta = mm2 - m1;
-                mean = m1 + delta * (n2 / nn);
-                m2 = q1 + q2 + delta * delta * (n1 * n2 / nn);
-            } else {
-                mean = 0;
-                m2 = 0;
+    for (int c0 = 0; c0 < cout; c0 += blockDim.x) {
+        const int c = c0 + threadIdx.x;
+        float g = 1.f, b = 0.f, rmc = 0.f, rvc = 0.f;
+        if (c < cout) {
+            g = gamma ? gamma[c] : 1.f;
+            b = beta ? beta[c] : 0.f;
+            if (rm && rv) {
+                rmc = rm[c];
+                rvc = rv[c];
             }
-            n = nn;
         }
-        if (lane == 0)
-            cf_bn_finish_channel(c, n, mean, m2, factor, eps, gamma, beta, rm, rv, scale, shift);
+        if (!gram) {
+            for (int cc = c0 + (threadIdx.x >> 5); cc < min(cout, c0 + (int)blockDim.x); cc += nwarp) {
+                double n = 0, mean = 0, m2 = 0;
+                for (int blk = lane; blk < nblocks; blk += 32) {
+                    const float *s = stats + ((size_t)blk * cpad + cc) * 3;
+                    const double nb = (double)__float_as_int(s[0]);
+                    if (nb == 0)
+                        continue;
+                    const double mb = s[1], qb = s[2];
+                    const double nn = n + nb, delta = mb - mean;
+                    mean += delta * nb / nn;
+                    m2 += qb + delta * delta * n * nb / nn;
+                    n = nn;
+                }
+                for (int o = 1; o < 32; o <<= 1) {
+                    const double nb = __shfl_xor_sync(0xffffffffu, n, o), mb = __shfl_xor_sync(0xffffffffu, mean, o),
+                                 qb = __shfl_xor_sync(0xffffffffu, m2, o);
+                    /* both partners combine (lower lane first) so every lane ends with the same bits */
+                    const bool low = (lane & o) == 0;
+                    const double n1 = low ? n : nb, m1 = low ? mean : mb, q1 = low ? m2 : qb;
+                    const double n2 = low ? nb : n, mm2 = low ? mb : mean, q2 = low ? qb : m2;
+                    const double nn = n1 + n2;
+                    if (nn > 0) {
+                        const double delta = mm2 - m1;
+                        mean = m1 + delta * (n2 / nn);
+                        m2 = q1 + q2 + delta * delta * (n1 * n2 / nn);
+                    } else {
+                        mean = 0;
+                        m2 = 0;
+                    }
+                    n = nn;
+                }
+                if (lane == 0) {
+                    part[0][cc - c0] = n;
+                    part[1][cc - c0] = mean;
+                    part[2][cc - c0] = m2;
+                }
+            }
+        }
+        __syncthreads(); /* the merged statistics, and the factor */
+        if (c < cout) {
+            double n, mean, m2;
+            if (gram) {
+                const float *s = stats + (size_t)c * 3;
+                n = (double)__float_as_int(s[0]);
+                mean = s[1];
+                m2 = s[2];
+            } else {
+                n = part[0][threadIdx.x];
+                mean = part[1][threadIdx.x];
+                m2 = part[2][threadIdx.x];
+            }
+            cf_bn_finish_channel(c, n, mean, m2, factor, eps, g, b, rmc, rvc, rm, rv, scale, shift);
+        }
+        __syncthreads(); /* before the next chunk's merge overwrites part */
     }
 }
 
@@ -748,8 +814,9 @@ static cf_status_t ig_launch_clusters(ig_kernel_fn fn, cudaLaunchConfig_t cfg, i
     return CF_STATUS_SUCCESS;
 }
 
+/* pdl: launched with programmatic dependent launch (pdl.cuh): only a kernel that follows another of the same chain */
 static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_count, int max_grid,
-                             cudaStream_t stream, int *grid_out)
+                             cudaStream_t stream, int *grid_out, bool pdl = false)
 {
     ig_kernel_fn fn = ig_pick(nt, passes, p->stats_mode != 0, p->wg, p->patch ? (p->pk_tma ? 2 : 1) : 0, p->split);
     const int threads = p->wg ? CF_IG_WGS * 128 : CF_IG_THREADS;
@@ -757,11 +824,13 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
         return cf_error(CF_STATUS_INTERNAL_ERROR, "no kernel variant NT=%d products=%d", nt, passes);
     const size_t smem = cf_ig_smem_bytes(p, nt);
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = (unsigned)p->cluster;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.blockDim = dim3((unsigned)threads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
@@ -778,6 +847,7 @@ static cf_status_t ig_launch(const cf_ig_params *p, int nt, int passes, int sm_c
         clusters = p->num_tiles;
     const int grid = clusters * p->cluster;
     cfg.gridDim = dim3((unsigned)grid);
+    cfg.numAttrs = pdl ? 2 : 1; /* the occupancy queries above take the cluster attribute only */
     if (cudaLaunchKernelEx(&cfg, fn, *p) != cudaSuccess) {
         /* once more, the shared-memory attribute set afresh (the same grid: the device did not change) */
         (void)cudaGetLastError();
@@ -898,26 +968,25 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
         if (!inplace) {
             const size_t head = ((size_t)max_blocks * cpad * 3 + 2 * cpad) * sizeof(float);
             void *gram_ws = (char *)workspace + ((head + 15) & ~(size_t)15);
-            const cf_op_t *o = &plan->chain.ops[bn];
-            const cf_op_args_t *oa = &args->ops[bn];
-            const cf_gram_bn gb = {o->eps, o->momentum, oa->channel_a, oa->channel_b, oa->running_mean,
-                                   oa->running_var, oa->num_batches_tracked, ws_scale, ws_shift};
-            const cf_status_t gs = cf_gram_launch(plan, args, bn, ps.op, &gb, gram_ws, ws_stats, stream, &gram_ok);
+            const cf_status_t gs = cf_gram_launch(plan, args, bn, ps.op, gram_ws, ws_stats, stream, &gram_ok);
             if (gs != CF_STATUS_SUCCESS)
                 return gs;
         }
         ps.skip_if = gram_ok;
         int grid = 0;
+        /* PDL (pdl.cuh) for every kernel after the chain's first: the direct pass follows the Gram kernels where
+         * they ran, the finalize the direct pass, the output pass the finalize */
+        const bool pdl = cf_pdl_enabled();
         cf_status_t st = ig_launch(&ps, nt, inplace ? passes : cf_ig_stats_products(plan, &ps, passes),
-                                   plan->device_sm_count, max_blocks, stream, &grid);
+                                   plan->device_sm_count, max_blocks, stream, &grid, pdl && gram_ok);
         if (st != CF_STATUS_SUCCESS)
             return st;
         const cf_op_t *o = &plan->chain.ops[bn];
         const cf_op_args_t *oa = &args->ops[bn];
-        cf_bn_finalize_kernel<<<1, 1024, 0, stream>>>(ws_stats, grid, gram_ok, cpad, p.cout, o->eps, o->momentum, oa->channel_a,
-                                                     oa->channel_b, oa->running_mean, oa->running_var,
-                                                     oa->num_batches_tracked, ws_scale, ws_shift);
-        CF_CUDA_TRY(cudaGetLastError());
+        CF_CUDA_TRY(cf::cf_launch(cf_bn_finalize_kernel, dim3(1), dim3(1024), 0, stream, pdl, (const float *)ws_stats,
+                                  grid, (const int *)gram_ok, cpad, p.cout, o->eps, o->momentum,
+                                  (const float *)oa->channel_a, (const float *)oa->channel_b, oa->running_mean,
+                                  oa->running_var, oa->num_batches_tracked, ws_scale, ws_shift));
         if (inplace) {
             ig_stages(plan, args, bn, plan->chain.length, ws_scale, ws_shift, &p);
             const int64_t planes = (int64_t)p.n * p.cout;
@@ -928,5 +997,14 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
         }
     }
     ig_stages(plan, args, 0, plan->chain.length, ws_scale, ws_shift, &p);
-    return ig_launch(&p, nt, passes, plan->device_sm_count, 0, stream, NULL);
+    return ig_launch(&p, nt, passes, plan->device_sm_count, 0, stream, NULL, bn >= 0 && cf_pdl_enabled());
+}
+
+bool cf_pdl_enabled(void)
+{
+    if (!cf_env_int("CONVFUSE_PDL", 1, 0, 1))
+        return false;
+    int dev = 0, major = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
 }

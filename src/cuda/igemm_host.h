@@ -31,6 +31,9 @@ int cf_env_int(const char *name, int dflt, int lo, int hi);
  * strides 1, no interleave, zero fill out of bounds. False: no driver entry point, or the encoder refused. */
 bool cf_tmap_f32(CUtensorMap *map, const void *base, int rank, const cuuint64_t *dim, const cuuint64_t *stride,
                  const cuuint32_t *box, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion promotion);
+/* Kernels after the first of a chain are launched with programmatic dependent launch (pdl.cuh): sm_90 and newer,
+ * unless CONVFUSE_PDL=0. */
+bool cf_pdl_enabled(void);
 cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, void *workspace, void *stream);
 
 #endif

@@ -7,6 +7,7 @@
 #include "udiv.h"
 #include "epilogue.cuh"
 #include "tma.cuh"
+#include "pdl.cuh"
 #include "wgmma.cuh"
 
 #include <cuda_runtime.h>
@@ -1424,6 +1425,10 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
     static_assert(!SPLIT || (WG && PATCH != 0 && PASSES == 1 && !STATS), "split mode: TF32 wgmma with the patch");
     /* mma.sync: 8 warps x 32 pixels (two m16 tiles each); wgmma: CF_IG_WGS warpgroups x 64 pixels (16 per warp) */
     constexpr int MT = WG ? 1 : 2;
+    /* PDL (pdl.cuh; the training chain): the next kernel may be scheduled now; everything this one reads from the
+     * kernels before it (the Gram flag, the batch norm's scale/shift) is read after the wait */
+    cf_grid_release();
+    cf_grid_wait();
     if (STATS && p.skip_if && *p.skip_if)
         return; /* the statistics came from the input Gram (the whole grid, so every cluster, returns here) */
     extern __shared__ float4 smem_raw[];

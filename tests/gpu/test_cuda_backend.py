@@ -330,6 +330,46 @@ def test_bn_gram_guard_falls_back_to_the_direct_pass(monkeypatch, capfd):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("shape", [(4, 8, 32, 36, 64), (3, 5, 37, 32, 24), (9, 8, 66, 67, 33)])
+def test_bn_train_chain_launch_knobs_agree(shape, monkeypatch):
+    """The training chain with programmatic dependent launch (CONVFUSE_PDL, pdl.cuh) on and off, and the Gram
+    kernel's frame jobs first in half of its CTAs or last in all (CONVFUSE_GRAM_FRAME_FIRST): the same sums in the
+    same places, so three consecutive calls give the same outputs and running statistics bit for bit (a kernel
+    reading its predecessor's results before they are complete would not). Checked against float64 as well."""
+    n, c_in, h, w, c_out = shape
+    gen = torch.Generator().manual_seed(sum(shape))
+    x = torch.randn(n, c_in, h, w, generator=gen).to(DEV)
+    weight = (torch.randn(c_out, c_in, 3, 3, generator=gen) * 0.2).to(DEV)
+    bias, gamma, beta = (torch.randn(c_out, generator=gen).to(DEV) for _ in range(3))
+    runs = []
+    for pdl, first in (("1", "1"), ("0", "0"), ("1", "0"), ("0", "1")):
+        monkeypatch.setenv("CONVFUSE_PDL", pdl)
+        monkeypatch.setenv("CONVFUSE_GRAM_FRAME_FIRST", first)
+        rm, rv = torch.zeros(c_out, device=DEV), torch.ones(c_out, device=DEV)
+        nbt = torch.zeros((), dtype=torch.long, device=DEV)
+        outs = []
+        for _ in range(3):
+            out = torch.full((n, c_out, h - 2, w - 2), float("nan"), device=DEV)
+            convfuse.conv_bn_scale(x, weight, bias, gamma, beta, rm, rv, nbt, training=True, momentum=0.1, eps=1e-5,
+                                   scale=2.0, out=out)
+            outs.append(out)
+        torch.cuda.synchronize()
+        runs.append((*outs, rm, rv, nbt))
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert torch.equal(a, b)
+    bn = torch.nn.BatchNorm2d(c_out).double().to(DEV)
+    with torch.no_grad():
+        bn.weight.copy_(gamma)
+        bn.bias.copy_(beta)
+        for _ in range(3):
+            ref = bn(torch.nn.functional.conv2d(x.double(), weight.double(), bias.double())) * 2.0
+    assert torch.allclose(runs[0][2].double(), ref, atol=1e-4, rtol=1e-4)
+    assert torch.allclose(runs[0][3].double(), bn.running_mean, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(runs[0][4].double(), bn.running_var, atol=1e-5, rtol=1e-5)
+    assert int(runs[0][5]) == 3
+
+
 # Tile order (cf_ig_params::tile_interleave): clusters take every grid-th tile by default, contiguous ranges with
 # CONVFUSE_IG_INTERLEAVE=0. Several tiles per CTA, groups (phases) of different sizes, the cluster pair, the patch
 # prefetch across a stride of tiles.
