@@ -1425,10 +1425,12 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
     static_assert(!SPLIT || (WG && PATCH != 0 && PASSES == 1 && !STATS), "split mode: TF32 wgmma with the patch");
     /* mma.sync: 8 warps x 32 pixels (two m16 tiles each); wgmma: CF_IG_WGS warpgroups x 64 pixels (16 per warp) */
     constexpr int MT = WG ? 1 : 2;
-    /* PDL (pdl.cuh; the training chain): the next kernel may be scheduled now; everything this one reads from the
-     * kernels before it (the Gram flag, the batch norm's scale/shift) is read after the wait */
+    /* PDL (pdl.cuh; the training chain): the next kernel may be scheduled now; what this one reads from the kernels
+     * before it (the statistics pass: the Gram flag; the output pass: the batch norm's scale/shift, in the tables)
+     * it reads after the wait. The output pass sets up its shared memory first. */
     cf_grid_release();
-    cf_grid_wait();
+    if constexpr (STATS)
+        cf_grid_wait();
     if (STATS && p.skip_if && *p.skip_if)
         return; /* the statistics came from the input Gram (the whole grid, so every cluster, returns here) */
     extern __shared__ float4 smem_raw[];
@@ -1442,7 +1444,6 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
     s.pk_bar = sh_pk_bar;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
 
-    ig_build_tables(p, s);
     if (PATCH != 0) { /* the column halos between patch rows stay zero; copies only write the rows */
         for (int i = threadIdx.x; i < p.a_floats; i += blockDim.x)
             s.a[i] = 0.f;
@@ -1453,6 +1454,9 @@ __global__ void __launch_bounds__(WG ? CF_IG_WGS * 128 : CF_IG_THREADS, 1)
         }
         fence_proxy_async(); /* the zeroed halos -> the TMA (async proxy) writes next to them */
     }
+    if constexpr (!STATS)
+        cf_grid_wait();
+    ig_build_tables(p, s);
     uint32_t x_bars = 0, x_peer = 0, x_k = 0; /* split: exchange barriers, the peer CTA, tiles done */
     if constexpr (SPLIT) {
         x_bars = (uint32_t)__cvta_generic_to_shared(sh_x_bar);
