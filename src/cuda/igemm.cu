@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
 #include <mutex>
 
 /* Measured choice between the two training batch-norm paths (docs/kb2_73.md). */
@@ -1004,7 +1005,19 @@ bool cf_pdl_enabled(void)
 {
     if (!cf_env_int("CONVFUSE_PDL", 1, 0, 1))
         return false;
-    int dev = 0, major = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+    /* per device: 0 not asked yet, 1 sm_90 or newer, 2 older (an attribute query per launch is host time that a
+       batch-1 call spends before its kernels start) */
+    static std::atomic<unsigned char> capable[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return false;
+    unsigned char c = capable[dev].load(std::memory_order_relaxed);
+    if (c == 0) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+            return false;
+        c = major >= 9 ? 1 : 2;
+        capable[dev].store(c, std::memory_order_relaxed);
+    }
+    return c == 1;
 }
