@@ -481,6 +481,10 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
         if (!(p.debug & 1))
             gram_frame(p, shift, b, cig, cj, acc);
         gram_flush(p, sm, g, cig, cj, acc, 5 * p.main_ctas + b);
+        /* the flush read its area, which is the staging buffer the first band's copy (async proxy) and shift write:
+         * every thread's reads first (racecheck found the shift's writes racing them without this barrier) */
+        fence_proxy_async();
+        __syncthreads();
     }
     gram_main(p, sm, es, bar, shift, b, g, cig, cj, acc);
     gram_flush(p, sm, g, cig, cj, acc, b);
