@@ -5,6 +5,7 @@
 #   ABLATE_MASKS="1 2 4 8"                      masks to build (outputs wrong on purpose); "" for none
 #   ABLATE_FLAGS="name=-DFOO=1,-DBAR=2"        name=flags pairs (spaces in flags as commas)
 #   ABLATE_BASE=<git ref>                       also build that commit's CLI as convfuse_abl_base (the baseline)
+#   ABLATE_REFS="name=<git ref> ..."            also build those commits' CLIs as convfuse_abl_<name>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build() { # name, CUDA flags, source dir
@@ -20,10 +21,14 @@ done
 for nf in ${ABLATE_FLAGS:-}; do
     build "_${nf%%=*}" "$(echo "${nf#*=}" | tr , ' ')" .
 done
-if [ -n "${ABLATE_BASE:-}" ]; then
-    rm -rf build-ablbase-src && git worktree prune
-    git worktree add -f --detach build-ablbase-src "$ABLATE_BASE" >/dev/null
-    rm -rf build-abl_base && build _base "" build-ablbase-src
-    git worktree remove --force build-ablbase-src
-fi
+build_ref() { # name, git ref
+    rm -rf build-ablref-src && git worktree prune
+    git worktree add -f --detach build-ablref-src "$2" >/dev/null
+    rm -rf build-abl_$1 && build _$1 "" build-ablref-src
+    git worktree remove --force build-ablref-src
+}
+[ -z "${ABLATE_BASE:-}" ] || build_ref base "$ABLATE_BASE"
+for nr in ${ABLATE_REFS:-}; do
+    build_ref "${nr%%=*}" "${nr#*=}"
+done
 ls -la .devbuild

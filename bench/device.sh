@@ -121,11 +121,11 @@ for step in "$@"; do
             echo "--- this build"
         fi
         timeout 300 python3 bench/latency.py --out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency.txt" || rc=1 ;;
-    gram)  # training statistics: the baseline CLI (bench/ablate.sh ABLATE_BASE=<ref>) against this build with its
-           # knobs (GRAM_KNOBS), alternating, CLI timing; then per-kernel GPU times of both knob ends
+    gram)  # training statistics: the CLIs of other commits (bench/ablate.sh ABLATE_BASE=<ref>, ABLATE_REFS) against
+           # this build with its knobs (GRAM_KNOBS), alternating, CLI timing; then per-kernel GPU times of both knob ends
         for r in 1 2; do
-            for k in base DEFAULT=1 ${GRAM_KNOBS:-CONVFUSE_PDL=0 CONVFUSE_GRAM_PREFETCH=0}; do
-                b=.devbuild/convfuse; [ "$k" = base ] && { b=.devbuild/convfuse_abl_base; k=DEFAULT=1; }
+            for k in $(cd .devbuild && ls -d convfuse_abl_* 2>/dev/null) DEFAULT=1 ${GRAM_KNOBS:-CONVFUSE_PDL=0}; do
+                b=.devbuild/convfuse; case $k in convfuse_abl_*) b=.devbuild/$k; k=DEFAULT=1 ;; esac
                 [ -x "$b" ] || continue
                 for a in "kb2-73 --mode train" ${GRAM_EVAL:+"kb2-73 --mode eval"}; do
                     echo "--- $(basename $b) $k: convfuse run $a"
@@ -133,7 +133,7 @@ for step in "$@"; do
                 done
             done
         done 2>&1 | tee "$OUT/gram.txt"
-        for k in DEFAULT=1 "CONVFUSE_PDL=0 CONVFUSE_GRAM_PREFETCH=0"; do
+        for k in DEFAULT=1 CONVFUSE_PDL=0; do
             echo "--- kernels, $k"; env $k timeout 100 python3 bench/kernels.py kb2-73 128 20 2>&1 | tail -12
         done 2>&1 | tee -a "$OUT/gram.txt" ;;
     ncutrain)  # ncu of the training chain's small kernels (NCU_KERNELS regex), the baseline CLI and this build
