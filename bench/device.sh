@@ -133,8 +133,8 @@ for step in "$@"; do
                 done
             done
         done 2>&1 | tee "$OUT/gram.txt"
-        for k in DEFAULT=1 CONVFUSE_PDL=0; do
-            echo "--- kernels, $k"; env $k timeout 100 python3 bench/kernels.py kb2-73 128 20 2>&1 | tail -12
+        for k in DEFAULT=1 CONVFUSE_PDL=0 ${GRAM_KERNEL_KNOBS:-}; do  # a knob set: VAR=v,VAR2=v2
+            echo "--- kernels, $k"; env $(echo "$k" | tr , ' ') timeout 100 python3 bench/kernels.py kb2-73 128 20 2>&1 | tail -12
         done 2>&1 | tee -a "$OUT/gram.txt" ;;
     ncutrain)  # ncu of the training chain's small kernels (NCU_KERNELS regex), the baseline CLI and this build
         for b in .devbuild/convfuse_abl_base .devbuild/convfuse; do
