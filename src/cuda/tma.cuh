@@ -25,15 +25,29 @@ __device__ __forceinline__ void ig_mbar_wait(uint32_t bar, uint32_t parity)
                  : "memory");
 }
 
-/* one 4-D box of the input into shared memory; completion (its byte count) is signalled on `bar` */
-__device__ __forceinline__ void ig_tma_load(const CUtensorMap *map, uint32_t dst, uint32_t bar, uint32_t bytes, int x,
-                                            int c, int y, int n)
+/* The transaction bytes of this phase, and this thread's arrival (count-1 barriers: one call per phase), before
+ * the copies that complete them (ig_tma_copy4d). */
+__device__ __forceinline__ void ig_mbar_expect(uint32_t bar, uint32_t bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+/* one 4-D box into shared memory, its bytes completing on `bar` (which expects them: ig_mbar_expect) */
+__device__ __forceinline__ void ig_tma_copy4d(const CUtensorMap *map, uint32_t dst, uint32_t bar, int x, int c, int y,
+                                              int n)
+{
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
                  "%4, %5}], [%6];" ::"r"(dst),
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(c), "r"(y), "r"(n), "r"(bar)
                  : "memory");
+}
+
+/* one 4-D box of the input into shared memory; completion (its byte count) is signalled on `bar` */
+__device__ __forceinline__ void ig_tma_load(const CUtensorMap *map, uint32_t dst, uint32_t bar, uint32_t bytes, int x,
+                                            int c, int y, int n)
+{
+    ig_mbar_expect(bar, bytes);
+    ig_tma_copy4d(map, dst, bar, x, c, y, n);
 }
 
 } /* namespace cf */
