@@ -17,6 +17,16 @@ for step in "$@"; do
         timeout 120 .devbuild/test_cuda 2>&1 | tail -15 || rc=1
         timeout 480 python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    ct)  # the stride-2 transposed-conv kernel (convt_s2): a small run first (a hang costs 30 s), CLI timing of KB2-91
+         # on it and on the implicit GEMM (CONVFUSE_CONVT_S2=0), then its GPU tests
+        CONVFUSE_VERBOSE=launch timeout 30 .devbuild/convfuse run kb2-91 --batch 2 --iters 2 2>&1 | tail -6 || rc=1
+        for k in DEFAULT=1 CONVFUSE_CONVT_S2=0 DEFAULT=1; do
+            echo "--- $k: convfuse run kb2-91"
+            env $k CONVFUSE_VERBOSE=launch timeout 120 .devbuild/convfuse run kb2-91 --iters ${AB_ITERS:-20} 2>&1 \
+                | grep -E "^time|launch:|FAIL|rror|max_abs|impl" | sort -u || rc=1
+        done
+        timeout 300 python3 -m pytest -q -x -rs tests/gpu/test_convt_s2.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_ct.log" | tail -25
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     bench91) timeout 400 python3 bench/kb2_91.py --out "$OUT/kb2_91.json" ${BENCH_ARGS:-} || rc=1 ;;
     bench73) timeout 400 python3 bench/kb2_73.py --out "$OUT/kb2_73.json" ${BENCH_ARGS:-} || rc=1 ;;
     ncu91|ncu73)

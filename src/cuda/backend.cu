@@ -1,4 +1,5 @@
 /* The CUDA backend's dispatch table: ordered, fastest first; each entry says why it refuses a plan. */
+#include "convt_s2_host.h"
 #include "igemm_host.h"
 
 #include <cuda_runtime.h>
@@ -42,4 +43,8 @@ CF_IG_IMPL(ig_3xtf32, "cuda_igemm_3xtf32", 3, false)
 CF_IG_IMPL(ig_tf32_chunked, "cuda_igemm_tf32_chunked_softmax", 1, true)
 CF_IG_IMPL(ig_3xtf32_chunked, "cuda_igemm_3xtf32_chunked_softmax", 3, true)
 
-extern "C" const cf_impl_t *const cf_cuda_impls[] = {&ig_tf32, &ig_3xtf32, &ig_tf32_chunked, &ig_3xtf32_chunked, NULL};
+/* Stride-2 transposed convolutions (k4 s2 p1, KB2-91's) on the warp-specialised kernel, convt_s2.cuh. */
+static const cf_impl_t ct_tf32 = {"cuda_convt_s2_tf32", CF_BACKEND_CUDA, cf_ct_supports, cf_ct_workspace_bytes,
+                                  cf_ct_execute};
+
+extern "C" const cf_impl_t *const cf_cuda_impls[] = {&ct_tf32, &ig_tf32, &ig_3xtf32, &ig_tf32_chunked, &ig_3xtf32_chunked, NULL};

@@ -5,6 +5,7 @@
 #include "igemm_kernel.cuh"
 #include "igemm_host.h"
 #include "pdl.cuh"
+#include "stages_host.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -194,24 +195,6 @@ static bool ig_patch_geometry(cf_ig_params *p)
     return nr_max > 0 && (int64_t)gap + (int64_t)nr_max * p->pk_cps * p->pk_ld < (1 << 20);
 }
 
-static bool is_affine_op(cf_op_kind_t k)
-{
-    return k == CF_OP_ADD_CHANNEL || k == CF_OP_MUL_SCALAR || k == CF_OP_ADD_SCALAR || k == CF_OP_AFFINE_CHANNEL ||
-           k == CF_OP_BATCH_NORM;
-}
-
-static int stage_kind_of(cf_op_kind_t k)
-{
-    switch (k) {
-    case CF_OP_SOFTMAX_CHANNELS: return CF_IG_SOFTMAX;
-    case CF_OP_SIGMOID: return CF_IG_SIGMOID;
-    case CF_OP_RELU: return CF_IG_RELU;
-    case CF_OP_TANH: return CF_IG_TANH;
-    case CF_OP_GELU: return CF_IG_GELU;
-    default: return CF_IG_AFFINE;
-    }
-}
-
 int cf_ig_products(const struct cf_plan *plan)
 {
     if (plan->math == CF_MATH_STRICT_F32)
@@ -363,7 +346,7 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
         const cf_op_kind_t k = plan->chain.ops[i].kind;
         softmax += k == CF_OP_SOFTMAX_CHANNELS;
         bn_train += k == CF_OP_BATCH_NORM && plan->chain.ops[i].bn_mode == CF_BN_TRAINING;
-        if (is_affine_op(k)) {
+        if (cf_ig_is_affine_op(k)) {
             if (!last_affine) {
                 ++nstage;
                 ++ntables;
@@ -526,70 +509,6 @@ static bool ig_shape(const struct cf_plan *plan, cf_ig_params *p, int *nt_out, c
     p->pace = cf_env_int("CONVFUSE_IG_PACE", CF_IG_PACE_DEFAULT, 1, 1 << 20);
     *nt_out = nt;
     return true;
-}
-
-/* Fill the op table and the stage program for chain ops [0, op_end). BN training folds from ws. */
-static void ig_stages(const struct cf_plan *plan, const cf_args_t *args, int op_begin, int op_end,
-                      const float *bn_scale, const float *bn_shift, cf_ig_params *p)
-{
-    p->nops = op_end;
-    for (int i = op_begin; i < op_end; ++i) {
-        const cf_op_t *o = &plan->chain.ops[i];
-        cf_ig_op *d = &p->op[i];
-        memset(d, 0, sizeof *d);
-        d->kind = o->kind;
-        d->scalar = o->scalar;
-        d->eps = o->eps;
-        d->a = args->ops[i].channel_a;
-        d->b = args->ops[i].channel_b;
-        d->rm = args->ops[i].running_mean;
-        d->rv = args->ops[i].running_var;
-        if (o->kind == CF_OP_BATCH_NORM && o->bn_mode == CF_BN_TRAINING) {
-            d->bn_folded = 1;
-            d->a = bn_scale;
-            d->b = bn_shift;
-        }
-    }
-    int ns = 0, nt = 0;
-    p->softmax_stage = -1;
-    p->stage[0].kind = CF_IG_AFFINE;
-    p->stage[0].op_begin = p->stage[0].op_end = op_begin;
-    p->stage[0].with_bias = op_begin == 0;
-    p->stage[0].table = nt++;
-    ns = 1;
-    for (int i = op_begin; i < op_end; ++i) {
-        const cf_op_kind_t k = plan->chain.ops[i].kind;
-        if (is_affine_op(k)) {
-            if (p->stage[ns - 1].kind != CF_IG_AFFINE) {
-                cf_ig_stage *s = &p->stage[ns++];
-                s->kind = CF_IG_AFFINE;
-                s->op_begin = i;
-                s->with_bias = 0;
-                s->table = nt++;
-            }
-            p->stage[ns - 1].op_end = i + 1;
-        } else {
-            cf_ig_stage *s = &p->stage[ns++];
-            s->kind = stage_kind_of(k);
-            s->op_begin = s->op_end = i;
-            s->with_bias = 0;
-            s->table = -1;
-            if (s->kind == CF_IG_SOFTMAX)
-                p->softmax_stage = ns - 1;
-        }
-    }
-    /* AFFINE then SIGMOID: one stage over a table prescaled by -log2(e) */
-    for (int i = 0; i + 1 < ns; ++i)
-        if (p->stage[i].kind == CF_IG_AFFINE && p->stage[i + 1].kind == CF_IG_SIGMOID) {
-            p->stage[i].kind = CF_IG_AFFINE_SIGMOID;
-            for (int j = i + 1; j + 1 < ns; ++j)
-                p->stage[j] = p->stage[j + 1];
-            --ns;
-            if (p->softmax_stage > i)
-                --p->softmax_stage;
-        }
-    p->nstage = ns;
-    p->ntables = nt > p->ntables ? nt : p->ntables; /* never below what ig_shape sized */
 }
 
 bool cf_ig_supports(const struct cf_plan *plan, int products, bool chunked, char *why, size_t why_size)
@@ -960,7 +879,7 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
         const bool inplace = cf_ig_bn_inplace(plan);
         cf_ig_params ps = p;
         ps.tma_store = 0; /* the statistics variants store through ig_store (inplace path) or not at all */
-        ig_stages(plan, args, 0, bn, NULL, NULL, &ps);
+        cf_ig_fill_stages(plan, args, 0, bn, NULL, NULL, &ps);
         ps.stats_mode = inplace ? 2 : 1;
         ps.stats = ws_stats;
         /* Statistics from the input Gram where they apply (bn_gram.cuh); the direct pass below then returns at
@@ -989,7 +908,7 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
                                   (const float *)oa->channel_a, (const float *)oa->channel_b, oa->running_mean,
                                   oa->running_var, oa->num_batches_tracked, ws_scale, ws_shift));
         if (inplace) {
-            ig_stages(plan, args, bn, plan->chain.length, ws_scale, ws_shift, &p);
+            cf_ig_fill_stages(plan, args, bn, plan->chain.length, ws_scale, ws_shift, &p);
             const int64_t planes = (int64_t)p.n * p.cout;
             const int blocks = (int)(planes < 8 * plan->device_sm_count ? planes : 8 * plan->device_sm_count);
             cf::cf_ig_inplace_kernel<<<blocks, 256, 0, stream>>>(p);
@@ -997,7 +916,7 @@ cf_status_t cf_ig_execute(const struct cf_plan *plan, const cf_args_t *args, voi
             return CF_STATUS_SUCCESS;
         }
     }
-    ig_stages(plan, args, 0, plan->chain.length, ws_scale, ws_shift, &p);
+    cf_ig_fill_stages(plan, args, 0, plan->chain.length, ws_scale, ws_shift, &p);
     return ig_launch(&p, nt, passes, plan->device_sm_count, 0, stream, NULL, bn >= 0 && cf_pdl_enabled());
 }
 

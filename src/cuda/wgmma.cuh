@@ -82,6 +82,31 @@ __device__ __forceinline__ void wgmma_m64n32k8_tf32(float (&d)[16], const uint32
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(SCALE_D));
 }
 
+
+/* d (+)= A * B, m64n64k8 TF32, both operands from shared memory (SS) through descriptors given as 32-bit halves
+ * (lo: start address and LBO, hi: SBO; wgmma_desc's layout). scale_d = 0 overwrites d. */
+__device__ __forceinline__ void wgmma_ss_m64n64k8_tf32(float (&d)[32], uint32_t a_lo, uint32_t a_hi, uint32_t b_lo,
+                                                       uint32_t b_hi, int scale_d)
+{
+    CF_WGMMA("{\n.reg .pred p;\n.reg .b64 da, db;\nmov.b64 da, {%32, %33};\nmov.b64 db, {%34, %35};\n"
+             "setp.ne.b32 p, %36, 0;\n"
+             "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, da, db, p, 1, 1;\n}\n"
+             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+             : "r"(a_lo), "r"(a_hi), "r"(b_lo), "r"(b_hi), "r"(scale_d));
+}
+
+/* d (+)= A * B, m64n8k8 TF32, both operands from shared memory (SS) through descriptors given as 32-bit halves
+ * (lo: start address and LBO, hi: SBO; wgmma_desc's layout). scale_d = 0 overwrites d. */
+__device__ __forceinline__ void wgmma_ss_m64n8k8_tf32(float (&d)[4], uint32_t a_lo, uint32_t a_hi, uint32_t b_lo,
+                                                       uint32_t b_hi, int scale_d)
+{
+    CF_WGMMA("{\n.reg .pred p;\n.reg .b64 da, db;\nmov.b64 da, {%4, %5};\nmov.b64 db, {%6, %7};\n"
+             "setp.ne.b32 p, %8, 0;\n"
+             "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0,%1,%2,%3}, da, db, p, 1, 1;\n}\n"
+             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+             : "r"(a_lo), "r"(a_hi), "r"(b_lo), "r"(b_hi), "r"(scale_d));
+}
+
 } // namespace cf
 
 #endif

@@ -136,6 +136,7 @@ SPLIT_CASES = [
 @pytest.mark.parametrize("case", SPLIT_CASES, ids=lambda c: c.line())
 def test_split_mode(case, split, monkeypatch, capfd):
     monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
+    monkeypatch.setenv("CONVFUSE_CONVT_S2", "0")  # the implicit GEMM's paths (k4 s2 p1 cases go to convt_s2 first)
     monkeypatch.setenv("CONVFUSE_IG_SPLIT", "1" if split else "0")
     gpu_case(case, torch.Generator().manual_seed(case.c_out))
     err = capfd.readouterr().err
@@ -384,6 +385,7 @@ INTERLEAVE_CASES = [
 @pytest.mark.parametrize("case", INTERLEAVE_CASES, ids=lambda c: c.line())
 def test_tile_order(case, on, monkeypatch, capfd):
     monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
+    monkeypatch.setenv("CONVFUSE_CONVT_S2", "0")  # the implicit GEMM's tile order
     monkeypatch.setenv("CONVFUSE_IG_INTERLEAVE", "1" if on else "0")
     gpu_case(case, torch.Generator().manual_seed(case.n + 11))
     err = capfd.readouterr().err
