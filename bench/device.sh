@@ -26,6 +26,9 @@ for step in "$@"; do
                 | grep -E "^time|launch:|FAIL|rror|max_abs|impl" | sort -u || rc=1
         done
         timeout 300 python3 -m pytest -q -x -rs tests/gpu/test_convt_s2.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_ct.log" | tail -25
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+        timeout 200 .devbuild/fuzz_shapes --backend cuda --convt-s2 --count ${FUZZ_COUNT:-300} --seed ${FUZZ_SEED:-1} 2>&1 \
+            | grep -vE "^refused" | tail -4
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     bench91) timeout 400 python3 bench/kb2_91.py --out "$OUT/kb2_91.json" ${BENCH_ARGS:-} || rc=1 ;;
     bench73) timeout 400 python3 bench/kb2_73.py --out "$OUT/kb2_73.json" ${BENCH_ARGS:-} || rc=1 ;;
@@ -62,6 +65,7 @@ for step in "$@"; do
             slots2) e="CONVFUSE_IG_PATCH_SLOTS=2" ;;
             ranges) e="CONVFUSE_IG_INTERLEAVE=0" ;;
             wide) e="DEFAULT=1"; a="--wide" ;;  # rows of 24-264 pixels (fuzz_shapes --wide)
+            convt) e="DEFAULT=1"; a="--convt-s2" ;;  # the convt_s2 kernel's family
             vec1) e="CONVFUSE_IG_PATCH_VEC=1 CONVFUSE_IG_TMA=0" ;;  # 4-byte patch copies everywhere
             vec2) e="CONVFUSE_IG_PATCH_VEC=2 CONVFUSE_IG_TMA=0" ;;
             *) e="DEFAULT=1" ;;

@@ -20,6 +20,10 @@
  *   --wide          wide rows: W 24-264 (a multiple of 4 and stride 1 in 7 of 10 cases, so the input patch and
  *                   its TMA copies serve them), H 1-12: rows longer than a 64-pixel warpgroup tile, which the
  *                   default sizes (H/W 1-20) never reach. A failure's reproducer names --wide.
+ *   --convt-s2      the stride-2 transposed-conv kernel's family (src/cuda/convt_s2.cuh): kernel 4, stride 2,
+ *                   padding 1, output_padding 0/1, W a multiple of 4 (often of 64: the extra column), C_in 1-64,
+ *                   C_out 1-128, TF32 products (CF_MATH_DEFAULT), chains without batch_norm/affine_channel (whose
+ *                   3xTF32 products go to the implicit GEMM). A failure's reproducer names --convt-s2.
  *
  * Plans refused with CF_STATUS_NOT_SUPPORTED are counted and printed, not failures. BatchNorm running stats
  * and num_batches_tracked are compared too. Exit: 0 ok, 1 a case failed, 2 usage, 77 backend unavailable. */
@@ -135,7 +139,8 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, in
     rng_t r = {splitmix64(seed * 0x9E3779B97F4A7C15ull + splitmix64((uint64_t)index + 1))};
     memset(c, 0, sizeof *c);
     cf_conv_desc_t *d = &c->d;
-    const cf_conv_kind_t kind = rng_unit(&r) < 0.5 ? CF_CONV_2D : CF_CONV_TRANSPOSE_2D;
+    const double kind_draw = rng_unit(&r);
+    const cf_conv_kind_t kind = wide == 2 ? CF_CONV_TRANSPOSE_2D : kind_draw < 0.5 ? CF_CONV_2D : CF_CONV_TRANSPOSE_2D;
     const int64_t kh = rng_int(&r, 1, 7), kw = rng_unit(&r) < 0.6 ? kh : rng_int(&r, 1, 7);
     const double cu = rng_unit(&r);
     const int64_t c_out = cu < 0.5 ? rng_int(&r, 1, 16) : cu < 0.8 ? rng_int(&r, 17, 64) : rng_int(&r, 65, 300);
@@ -153,7 +158,19 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, in
         d->out_pad_w = rng_int(&r, 0, (d->stride_w > d->dil_w ? d->stride_w : d->dil_w) - 1);
     }
     d->has_bias = rng_unit(&r) < 0.7;
-    if (wide) { /* drawn after the rest: the default cases stay what they were */
+    if (wide == 2) { /* --convt-s2, drawn after the rest */
+        d->kind = CF_CONV_TRANSPOSE_2D;
+        d->kh = d->kw = 4;
+        d->stride_h = d->stride_w = 2;
+        d->pad_h = d->pad_w = 1;
+        d->dil_h = d->dil_w = 1;
+        d->out_pad_h = rng_int(&r, 0, 1);
+        d->out_pad_w = rng_unit(&r) < 0.7 ? 1 : 0;
+        d->w = rng_unit(&r) < 0.4 ? 64 * rng_int(&r, 1, 3) : 4 * rng_int(&r, 1, 40);
+        d->h = rng_int(&r, 1, 16);
+        d->c_in = rng_int(&r, 1, 64);
+        d->c_out = rng_unit(&r) < 0.6 ? rng_int(&r, 65, 128) : rng_int(&r, 1, 64);
+    } else if (wide) { /* drawn after the rest: the default cases stay what they were */
         d->w = rng_int(&r, 24, 264);
         d->h = rng_int(&r, 1, 12);
         if (rng_unit(&r) < 0.7) {
@@ -211,11 +228,18 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, in
         }
         break; /* minimal: accept */
     }
+    if (wide == 2 && d->w % 4 != 0) { /* halving may have broken W = 0 mod 4 */
+        d->w = d->w < 4 ? 4 : d->w / 4 * 4;
+        c->oh = out_size(kind, d->h, d->kh, d->stride_h, d->pad_h, d->out_pad_h, d->dil_h);
+        c->ow = out_size(kind, d->w, d->kw, d->stride_w, d->pad_w, d->out_pad_w, d->dil_w);
+    }
 
     c->nops = (int)rng_int(&r, 0, MAX_FUZZ_OPS);
     for (int i = 0; i < c->nops; i++) {
         fop_t *o = &c->ops[i];
         o->kind = (cf_op_kind_t)rng_int(&r, 0, CF_OP_COUNT - 1);
+        if (wide == 2 && (o->kind == CF_OP_BATCH_NORM || o->kind == CF_OP_AFFINE_CHANNEL))
+            o->kind = CF_OP_ADD_CHANNEL;
         /* multiples of 1/64: printed exactly by %g */
         o->scalar = (double)rng_int(&r, -128, 128) / 64.0;
         if (o->scalar == 0.0)
@@ -233,7 +257,7 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, in
             c->bn_train_too_small = 1;
     }
     if (cuda)
-        c->math = rng_unit(&r) < 0.5 ? CF_MATH_STRICT_F32 : CF_MATH_DEFAULT;
+        c->math = rng_unit(&r) < 0.5 && wide != 2 ? CF_MATH_STRICT_F32 : CF_MATH_DEFAULT;
     else
         c->math = (cf_math_t)rng_int(&r, 0, 2); /* the CPU backend ignores it; plans must accept all */
 }
@@ -763,7 +787,7 @@ static void report_failure(const config_t *cfg, int64_t index, const fcase_t *c,
     if (cfg->max_macs != default_max_macs(cfg->cuda))
         snprintf(budget, sizeof budget, " --max-macs %.17g", cfg->max_macs);
     if (cfg->wide)
-        strncat(budget, " --wide", sizeof budget - strlen(budget) - 1);
+        strncat(budget, cfg->wide == 2 ? " --convt-s2" : " --wide", sizeof budget - strlen(budget) - 1);
     fprintf(stderr,
             "FAIL case %lld: %s [impl %s, math %s]\n    %s\n    reproduce: fuzz_shapes --backend %s --seed %llu "
             "--case %lld%s\n",
@@ -942,7 +966,7 @@ static int usage(const char *msg)
     if (msg != NULL)
         fprintf(stderr, "fuzz_shapes: %s\n", msg);
     fprintf(stderr, "usage: fuzz_shapes [--backend cpu|cuda] [--count N] [--seed S] [--case K] [--max-macs M] "
-                    "[--wide] [--verbose]\n"
+                    "[--wide | --convt-s2] [--verbose]\n"
                     "  --case K runs only case K of seed S (what a failure prints). Exit: 0 ok, 1 failure, 2 usage,\n"
                     "  77 backend unavailable.\n");
     return 2;
@@ -970,6 +994,8 @@ int main(int argc, char **argv)
             cfg.verbose = 1;
         } else if (strcmp(a, "--wide") == 0) {
             cfg.wide = 1;
+        } else if (strcmp(a, "--convt-s2") == 0) {
+            cfg.wide = 2;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(NULL);
             return 0;
