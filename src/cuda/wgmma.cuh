@@ -1,4 +1,5 @@
-/* wgmma (sm_90a) wrappers: TF32 operands, fp32 accumulators, A from registers (RS), B from shared memory.
+/* wgmma (sm_90a) wrappers: TF32 operands, fp32 accumulators, B from shared memory; A from registers (RS: the
+ * implicit GEMM) or from shared memory too (SS: convt_s2, m64n64k8 and m64n8k8).
  * Each accumulator register must be named in the PTX, hence the written-out operand lists. */
 #ifndef CONVFUSE_CUDA_WGMMA_CUH
 #define CONVFUSE_CUDA_WGMMA_CUH
