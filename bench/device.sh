@@ -34,7 +34,7 @@ for step in "$@"; do
     bench73) timeout 400 python3 bench/kb2_73.py --out "$OUT/kb2_73.json" ${BENCH_ARGS:-} || rc=1 ;;
     ncu91|ncu73)
         blk=kb2-${step#ncu}
-        timeout 300 ncu --kernel-name regex:cf_ig_kernel --launch-skip 1 --launch-count 1 \
+        timeout 300 ncu --kernel-name regex:'cf_(ig|ct)_kernel' --launch-skip 1 --launch-count 1 \
             --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
             --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
             --section InstructionStats --section SourceCounters \
@@ -43,7 +43,7 @@ for step in "$@"; do
         grep -E "Duration|Throughput|Busy|Stall|Warp Cycles|Issued|Registers|Theoretical Occ|Achieved Occ|dram__|lts__t_bytes|inst_executed|Hit Rate|Bank" "$OUT/ncu_$blk.txt" | head -60 ;;
     full91|full73|full73e)
         blk=kb2-${step#full}; [ "$step" = full73e ] && blk=kb2-73-eval
-        timeout 400 ncu --set full --import-source no --kernel-name regex:cf_ig_kernel --launch-skip ${NCU_SKIP:-1} --launch-count 1 \
+        timeout 400 ncu --set full --import-source no --kernel-name regex:'cf_(ig|ct)_kernel' --launch-skip ${NCU_SKIP:-1} --launch-count 1 \
             -o "$OUT/prof_$blk" -f python3 bench/profile_one.py $blk ${NCU_N:-16} > /dev/null 2>&1 || rc=1
         ncu --import "$OUT/prof_$blk.ncu-rep" --page details > "$OUT/details_$blk.txt" 2>&1
         ncu --import "$OUT/prof_$blk.ncu-rep" --page source --csv --print-source sass > "$OUT/sass_$blk.csv" 2>&1

@@ -137,7 +137,8 @@ __device__ __forceinline__ void ct_fill(const cf_ct_params &p, const ct_smem &s,
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
             const int ci = 4 * g + m;
-            v[it][m] = ok && ci < p.cin ? __ldg(reinterpret_cast<const float4 *>(xr + (int64_t)ci * hw + col))
+            v[it][m] = (p.ablate & 2) ? make_float4(1.f, 1.f, 1.f, 1.f)
+                       : ok && ci < p.cin ? __ldg(reinterpret_cast<const float4 *>(xr + (int64_t)ci * hw + col))
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
@@ -430,7 +431,8 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
     const uint32_t b_lo = (s.b >> 4) | 8u << 16;
     float acc[2][32], ax[4];
     wgmma_fence();
-    for (int ks = 0; ks < p.ksteps; ++ks) {
+    const int ksteps = (p.ablate & 16) ? 1 : p.ksteps;
+    for (int ks = 0; ks < ksteps; ++ks) {
 #pragma unroll
         for (int qw = 0; qw < 2; ++qw)
 #pragma unroll
@@ -464,9 +466,11 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
         ext[16 * w + g] = ax[0];
         ext[16 * w + g + 8] = ax[2];
     }
-    ct_apply(p, s.tab, 0, pre_end, acc, t);
     float e0 = 0.f, e1 = 0.f; /* extra column, warp 0: channels lane and lane + 32 */
-    if (sm >= 0) {
+    const bool math = !(p.ablate & 8);
+    if (math)
+        ct_apply(p, s.tab, 0, pre_end, acc, t);
+    if (math && sm >= 0) {
         float m[4], l[4], f[4], me = 0.f, le = 0.f;
         ct_softmax_stats(p, c0, t, acc, m, l);
         if (EXTRA) {
@@ -485,7 +489,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
             }
         }
         float fe = 0.f;
-        if (PAIR) {
+        if (PAIR && !(p.ablate & 4)) {
             float2 o[4], oe = make_float2(0.f, 0.f);
             ct_exchange<EXTRA>(s, cw, rank, kwg, m, l, me, le, o, oe);
 #pragma unroll
@@ -509,7 +513,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
             e0 = ct_apply1(p, s.tab, sm + 1, p.nstage, e0 * fe, lane);
             e1 = ct_apply1(p, s.tab, sm + 1, p.nstage, e1 * fe, lane + 32);
         }
-    } else if (EXTRA) {
+    } else if (math && EXTRA) {
         ct_bar(1 + cw, 128);
         if (w == 0) {
             e0 = ct_apply1(p, s.tab, 0, p.nstage, ext[lane], lane);
@@ -523,7 +527,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
     const int plane = p.oh * p.ow, row = 2 * j + qh, col = 128 * seg + 32 * w + lane;
     float *stg = s.stg + (cw * 4 + w) * 8 * CF_CT_STG_LD;
     float *dst = p.dst + ((int64_t)n * p.cout + c0) * plane + (int64_t)row * p.ow;
-    const bool col_ok = col < p.ow;
+    const bool col_ok = col < p.ow && !(p.ablate & 1);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -542,7 +546,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
                 if (c0 + 8 * nt + c < p.cout)
                     dst[(int64_t)(8 * nt + c) * plane + col] = v[c];
     }
-    if (EXTRA && w == 0) {
+    if (EXTRA && w == 0 && seg == p.nseg - 1 && !(p.ablate & 1)) { /* position 64 is column W - 1 only in the last segment */
         if (c0 + lane < p.cout)
             dst[(int64_t)lane * plane + p.ow - 1] = e0;
         if (c0 + lane + 32 < p.cout)
@@ -788,6 +792,7 @@ cf_status_t cf_ct_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     p.wei = args->wei;
     p.bia = plan->conv.has_bias ? args->bia : NULL;
     p.dst = args->dst;
+    p.ablate = cf_env_int("CONVFUSE_CT_ABLATE", 0, 0, 31);
     cf_ig_fill_stages(plan, args, 0, plan->chain.length, NULL, NULL, &p);
     const ct_kernel_fn fn = ct_pick(pair, extra);
     const int cluster = pair ? 2 : 1;
@@ -824,8 +829,9 @@ cf_status_t cf_ct_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     if (cf_verbose("launch"))
         fprintf(stderr,
                 "convfuse: launch: convt_s2 wgmma-ss tf32 %s%s cluster=%d grid=%d (row phase 0: %d clusters) "
-                "tiles=%d+%d segments=%d smem=%zu\n",
+                "tiles=%d+%d segments=%d smem=%zu%s\n",
                 pair ? "+pair(channel halves)" : "", extra ? "+extra_column" : "", cluster, (int)(g * cluster),
-                p.groups0, p.tiles[0], p.tiles[1], p.nseg, cfg.dynamicSmemBytes);
+                p.groups0, p.tiles[0], p.tiles[1], p.nseg, cfg.dynamicSmemBytes,
+                p.ablate ? " ABLATED (CONVFUSE_CT_ABLATE: results wrong)" : "");
     return CF_STATUS_SUCCESS;
 }
