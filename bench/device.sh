@@ -19,15 +19,15 @@ for step in "$@"; do
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     ct)  # the stride-2 transposed-conv kernel (convt_s2): a small run first (a hang costs 30 s), CLI timing of KB2-91
          # on it and on the implicit GEMM (CONVFUSE_CONVT_S2=0), then its GPU tests
-        CONVFUSE_VERBOSE=launch timeout 30 .devbuild/convfuse run kb2-91 --batch 2 --iters 2 2>&1 | tail -6 || rc=1
-        for k in DEFAULT=1 CONVFUSE_CONVT_S2=0 DEFAULT=1; do
+        CONVFUSE_CONVT_S2=1 CONVFUSE_VERBOSE=launch timeout 30 .devbuild/convfuse run kb2-91 --batch 2 --iters 2 2>&1 | tail -6 || rc=1
+        for k in CONVFUSE_CONVT_S2=1 CONVFUSE_CONVT_S2=0 CONVFUSE_CONVT_S2=1; do
             echo "--- $k: convfuse run kb2-91"
             env $k CONVFUSE_VERBOSE=launch timeout 120 .devbuild/convfuse run kb2-91 --iters ${AB_ITERS:-20} 2>&1 \
                 | grep -E "^time|launch:|FAIL|rror|max_abs|impl" | sort -u || rc=1
         done
         timeout 300 python3 -m pytest -q -x -rs tests/gpu/test_convt_s2.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_ct.log" | tail -25
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-        timeout 200 .devbuild/fuzz_shapes --backend cuda --convt-s2 --count ${FUZZ_COUNT:-300} --seed ${FUZZ_SEED:-1} 2>&1 \
+        CONVFUSE_CONVT_S2=1 timeout 200 .devbuild/fuzz_shapes --backend cuda --convt-s2 --count ${FUZZ_COUNT:-300} --seed ${FUZZ_SEED:-1} 2>&1 \
             | grep -vE "^refused" | tail -4
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     bench91) timeout 400 python3 bench/kb2_91.py --out "$OUT/kb2_91.json" ${BENCH_ARGS:-} || rc=1 ;;
@@ -65,7 +65,7 @@ for step in "$@"; do
             slots2) e="CONVFUSE_IG_PATCH_SLOTS=2" ;;
             ranges) e="CONVFUSE_IG_INTERLEAVE=0" ;;
             wide) e="DEFAULT=1"; a="--wide" ;;  # rows of 24-264 pixels (fuzz_shapes --wide)
-            convt) e="DEFAULT=1"; a="--convt-s2" ;;  # the convt_s2 kernel's family
+            convt) e="CONVFUSE_CONVT_S2=1"; a="--convt-s2" ;;  # the convt_s2 kernel's family
             vec1) e="CONVFUSE_IG_PATCH_VEC=1 CONVFUSE_IG_TMA=0" ;;  # 4-byte patch copies everywhere
             vec2) e="CONVFUSE_IG_PATCH_VEC=2 CONVFUSE_IG_TMA=0" ;;
             *) e="DEFAULT=1" ;;

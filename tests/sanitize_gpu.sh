@@ -9,7 +9,7 @@ command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found";
 rc=0
 for tool in memcheck racecheck initcheck synccheck; do
     for cmd in "$BIN/test_cuda" "$BIN/fuzz_shapes --backend cuda --count ${SANITIZE_FUZZ_COUNT:-40} --seed 7" \
-               "$BIN/fuzz_shapes --backend cuda --convt-s2 --count ${SANITIZE_CT_COUNT:-12} --seed 7"; do
+               "env CONVFUSE_CONVT_S2=1 $BIN/fuzz_shapes --backend cuda --convt-s2 --count ${SANITIZE_CT_COUNT:-12} --seed 7"; do
         log=$(mktemp)
         extra=""
         [ "$tool" = memcheck ] && extra="--leak-check full"

@@ -16,6 +16,18 @@ from cf_testlib import Case, conv_kwargs, convfuse_chain, materialize, require_c
 
 require_cuda_backend()
 
+
+@pytest.fixture(autouse=True)
+def convt_s2_on(monkeypatch):
+    """The kernel is opt-in (CONVFUSE_CONVT_S2=1) until it has passed these tests on a device. The switch is read
+    when a plan is made: plans cached by other tests without it must not serve these, nor these plans others."""
+    monkeypatch.setenv("CONVFUSE_CONVT_S2", "1")
+    with convfuse._plans_lock:
+        convfuse._plans.clear()
+    yield
+    with convfuse._plans_lock:
+        convfuse._plans.clear()
+
 from test_cuda_backend import DEV, KB91_CHAIN, gpu_case  # noqa: E402  (after the skip)
 
 
