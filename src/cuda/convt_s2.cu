@@ -559,7 +559,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
 template <bool PAIR, bool EXTRA>
 __device__ void ct_consumer(const cf_ct_params &p, const ct_smem &s, int qh, int k0, int k1, uint32_t rank)
 {
-    const int cw = (threadIdx.x >> 7) - 1, c0 = 64 * (int)rank;
+    const int cw = (threadIdx.x >> 7) - 1, c0 = 64 * (int)(rank ^ ((uint32_t)p.ablate >> 5 & 1u));
     ct_load_b(p, s, qh, c0, threadIdx.x - 128);
     ct_build_tables(p, s, c0, threadIdx.x - 128);
     fence_proxy_async(); /* B is read by the tensor cores */
@@ -793,7 +793,7 @@ cf_status_t cf_ct_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     p.wei = args->wei;
     p.bia = plan->conv.has_bias ? args->bia : NULL;
     p.dst = args->dst;
-    p.ablate = cf_env_int("CONVFUSE_CT_ABLATE", 0, 0, 31);
+    p.ablate = cf_env_int("CONVFUSE_CT_ABLATE", 0, 0, 63);
     cf_ig_fill_stages(plan, args, 0, plan->chain.length, NULL, NULL, &p);
     const ct_kernel_fn fn = ct_pick(pair, extra);
     const int cluster = pair ? 2 : 1;

@@ -54,7 +54,8 @@ struct cf_ct_params {
     int groups0; /* clusters of row phase 0 (then row phase 1) */
     int groups;  /* clusters in the grid */
     int ablate;  /* developer knob CONVFUSE_CT_ABLATE (wrong results; 0 otherwise): 1 no stores, 2 no input loads,
-                    4 no softmax exchange, 8 no epilogue math, 16 one k8 step per tap */
+                    4 no softmax exchange, 8 no epilogue math, 16 one k8 step per tap, 32 the pair's
+                    channel halves swapped between the CTAs (results right) */
     /* the chain (stages_host.h) */
     int nstage, softmax_stage, ntables, nops;
     struct cf_ig_stage stage[CF_CHAIN_MAX_OPS + 1];
