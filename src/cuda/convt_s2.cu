@@ -31,6 +31,13 @@ __device__ __forceinline__ void ct_sts32(uint32_t addr, uint32_t v)
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
 
+/* round to nearest TF32 (ties away from zero) by adding half a TF32 ulp to the bits and clearing the 13 low ones:
+ * two integer instructions (cvt.rna.tf32 compiles to four). The tensor core ignores the low bits, so an unrounded
+ * operand is truncated: an error biased toward zero that adds up over the K sum (large softmax logits showed it). */
+__device__ __forceinline__ float ct_rn(float x) { return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u); }
+
+__device__ __forceinline__ float4 ct_rn(float4 v) { return make_float4(ct_rn(v.x), ct_rn(v.y), ct_rn(v.z), ct_rn(v.w)); }
+
 /* round to TF32 (nearest, ties away), as the tensor core then reads it exactly */
 __device__ __forceinline__ uint32_t ct_tf32(float x)
 {
@@ -118,7 +125,8 @@ __device__ __forceinline__ ct_smem ct_carve(const cf_ct_params &p, unsigned char
 /* Fill ring load rho with input row r of segment seg of image n: position p of plane g holds channels 4g..4g+3 of
  * column seg*64 - 1 + p (zero outside the image and past C_in). A thread copies 4 channels x 4 columns per task
  * (four 16-byte loads, transposed in registers into four 16-byte writes): lanes 0-7 take 8 consecutive planes of
- * one column group, so each quarter-warp's writes land in 8 distinct bank groups (CF_CT_PLANE = 4 mod 32 words). */
+ * one column group, so each quarter-warp's writes land in 8 distinct bank groups (CF_CT_PLANE = 4 mod 32 words).
+ * Values are rounded to TF32 on the way (ct_rn). */
 __device__ __forceinline__ void ct_fill(const cf_ct_params &p, const ct_smem &s, int rho, int n, int seg, int r)
 {
     const int tid = threadIdx.x & 127, g4 = p.cp >> 2;
@@ -138,7 +146,7 @@ __device__ __forceinline__ void ct_fill(const cf_ct_params &p, const ct_smem &s,
         for (int m = 0; m < 4; ++m) {
             const int ci = 4 * g + m;
             v[it][m] = (p.ablate & 2) ? make_float4(1.f, 1.f, 1.f, 1.f)
-                       : ok && ci < p.cin ? __ldg(reinterpret_cast<const float4 *>(xr + (int64_t)ci * hw + col))
+                       : ok && ci < p.cin ? ct_rn(__ldg(reinterpret_cast<const float4 *>(xr + (int64_t)ci * hw + col)))
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
@@ -153,7 +161,7 @@ __device__ __forceinline__ void ct_fill(const cf_ct_params &p, const ct_smem &s,
 #pragma unroll
             for (int m = 0; m < 4; ++m)
                 if (4 * hg + m < p.cin)
-                    hv[m] = __ldg(xr + (int64_t)(4 * hg + m) * hw + col);
+                    hv[m] = ct_rn(__ldg(xr + (int64_t)(4 * hg + m) * hw + col));
     }
 #pragma unroll
     for (int it = 0; it < 2; ++it) {
@@ -425,10 +433,12 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
     ig_mbar_wait(s.full + 8 * sb, (uint32_t)((rho + 1) / CF_CT_SLOTS) & 1u);
 
     /* descriptors as 32-bit halves: lo = start >> 4 | LBO >> 4 << 16, hi = SBO >> 4. A (ring): K-adjacent core
-     * matrices are planes apart, M-adjacent 128 B; B: K-adjacent 128 B, N-adjacent 256 B. */
-    const uint32_t a_lo[2] = {((s.ring + sa * s.slot) >> 4) | (uint32_t)CF_CT_PLANE << 16,
-                              ((s.ring + sb * s.slot) >> 4) | (uint32_t)CF_CT_PLANE << 16};
-    const uint32_t b_lo = (s.b >> 4) | 8u << 16;
+     * matrices are planes apart, M-adjacent 128 B; B: K-adjacent 128 B, N-adjacent 256 B. The start field is 14
+     * bits: in a cluster a CTA's shared::cta addresses carry its rank above bit 17 (they are its shared::cluster
+     * addresses), which unmasked would land in LBO - rank 1 of a pair computed garbage that way. */
+    const uint32_t a_lo[2] = {(((s.ring + sa * s.slot) >> 4) & 0x3fffu) | (uint32_t)CF_CT_PLANE << 16,
+                              (((s.ring + sb * s.slot) >> 4) & 0x3fffu) | (uint32_t)CF_CT_PLANE << 16};
+    const uint32_t b_lo = ((s.b >> 4) & 0x3fffu) | 8u << 16;
     float acc[2][32], ax[4];
     wgmma_fence();
     const int ksteps = (p.ablate & 16) ? 1 : p.ksteps;
@@ -700,9 +710,9 @@ bool cf_ct_supports(const struct cf_plan *plan, char *why, size_t n)
 {
     cf_ct_params p;
     bool pair = false, extra = false;
-    /* opt-in until its GPU tests pass on a device (docs/kb2_91.md, v13): the implicit GEMM serves by default */
-    if (!cf_env_int("CONVFUSE_CONVT_S2", 0, 0, 1)) {
-        snprintf(why, n, "not turned on (CONVFUSE_CONVT_S2=1; experimental)");
+    /* CONVFUSE_CONVT_S2=0 hands its shapes to the implicit GEMM (A/B comparisons, a fallback) */
+    if (!cf_env_int("CONVFUSE_CONVT_S2", 1, 0, 1)) {
+        snprintf(why, n, "turned off (CONVFUSE_CONVT_S2=0)");
         return false;
     }
     if (!ct_geometry(plan, &p, &pair, &extra, why, n))
@@ -786,8 +796,8 @@ cf_status_t cf_ct_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     if (!ct_geometry(plan, &p, &pair, &extra, why, sizeof why))
         return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the convt_s2 kernel: %s", why);
     /* 16-byte loads of the input rows and the weights: a misaligned view takes the implicit GEMM; so does every
-     * call without CONVFUSE_CONVT_S2=1 (read per call, like the implicit GEMM's knobs: plans are cached) */
-    if ((uintptr_t)args->src % 16 != 0 || (uintptr_t)args->wei % 16 != 0 || !cf_env_int("CONVFUSE_CONVT_S2", 0, 0, 1))
+     * call with CONVFUSE_CONVT_S2=0 (read per call, like the implicit GEMM's knobs: plans are cached) */
+    if ((uintptr_t)args->src % 16 != 0 || (uintptr_t)args->wei % 16 != 0 || !cf_env_int("CONVFUSE_CONVT_S2", 1, 0, 1))
         return cf_ig_execute(plan, args, workspace, stream_ptr);
     p.src = args->src;
     p.wei = args->wei;

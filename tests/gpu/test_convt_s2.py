@@ -19,8 +19,8 @@ require_cuda_backend()
 
 @pytest.fixture(autouse=True)
 def convt_s2_on(monkeypatch):
-    """The kernel is opt-in (CONVFUSE_CONVT_S2=1) until it has passed these tests on a device. The switch is read
-    when a plan is made: plans cached by other tests without it must not serve these, nor these plans others."""
+    """The kernel serves its shapes by default; CONVFUSE_CONVT_S2=1 says so explicitly, whatever the environment. The
+    switch is read when a plan is made: plans cached by other tests must not serve these, nor these plans others."""
     monkeypatch.setenv("CONVFUSE_CONVT_S2", "1")
     with convfuse._plans_lock:
         convfuse._plans.clear()
@@ -90,7 +90,9 @@ def test_off_switch_hands_over_to_the_implicit_gemm(case, monkeypatch, capfd):
     err = capfd.readouterr().err
     assert "launch: convt_s2" in err and "launch: igemm" in err, err
     assert not torch.isnan(a).any() and not torch.isnan(b).any()
-    torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+    # both TF32, but convt_s2 rounds the input to TF32 and the implicit GEMM's tensor cores truncate it: each is
+    # within the contract's 1e-4 of float64 (the tests above), so the two within twice that
+    torch.testing.assert_close(a, b, atol=2e-4, rtol=2e-4)
 
 
 def test_plan_names_the_kernel():
