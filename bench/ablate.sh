@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 build() { # name, CUDA flags, source dir
     local d=build-abl$1
     cmake -S "$3" -B $d -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS="$2" >/dev/null
-    cmake --build $d -j2 --target convfuse_cli > $d/build.log 2>&1 || { tail -20 $d/build.log; exit 1; }
+    cmake --build $d -j${ABLATE_JOBS:-2} --target convfuse_cli > $d/build.log 2>&1 || { tail -20 $d/build.log; exit 1; }
     cp -L $d/convfuse .devbuild/convfuse_abl$1
     strip --strip-unneeded .devbuild/convfuse_abl$1 2>/dev/null || true
 }

@@ -18,9 +18,9 @@ for step in "$@"; do
         timeout 480 python3 -m pytest -q -rs tests/gpu ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     ct)  # the stride-2 transposed-conv kernel (convt_s2): a small run first (a hang costs 30 s), CLI timing of KB2-91
-         # on it and on the implicit GEMM (CONVFUSE_CONVT_S2=0), then its GPU tests
+         # on it (3 and 2 consumer warpgroups) and on the implicit GEMM (CONVFUSE_CONVT_S2=0), then its GPU tests
         CONVFUSE_CONVT_S2=1 CONVFUSE_VERBOSE=launch timeout 30 .devbuild/convfuse run kb2-91 --batch 2 --iters 2 2>&1 | tail -6 || rc=1
-        for k in CONVFUSE_CONVT_S2=1 CONVFUSE_CONVT_S2=0 CONVFUSE_CONVT_S2=1; do
+        for k in CONVFUSE_CT_WGS=3 CONVFUSE_CONVT_S2=0 CONVFUSE_CT_WGS=2 CONVFUSE_CT_WGS=3; do
             echo "--- $k: convfuse run kb2-91"
             env $k CONVFUSE_VERBOSE=launch timeout 120 .devbuild/convfuse run kb2-91 --iters ${AB_ITERS:-20} 2>&1 \
                 | grep -E "^time|launch:|FAIL|rror|max_abs|impl" | sort -u || rc=1

@@ -5,6 +5,7 @@ bench/results/kb2_91.json (or --out). Times are medians of CUDA-event timings wi
 repetition; errors are against the same model in float64 on the GPU."""
 
 import argparse
+import os
 import copy
 import json
 
@@ -85,6 +86,9 @@ def main():
     result = header({"n": n, "c_in": cin, "c_out": cout, "h": hw, "w": hw, "k": k, "stride": s, "padding": p,
                      "output_padding": op, "scale": scale})
     result["copy_bandwidth_gbs"] = round(bw, 1)
+    # knobs set for this run (the defaults otherwise): a result must say what it measured
+    result["env"] = {k: v for k, v in sorted(os.environ.items())
+                     if k.startswith("CONVFUSE_") and k not in ("CONVFUSE_LIBRARY", "CONVFUSE_CLI")}
     result["rows"] = rows
     for r in rows:
         r["speedup_vs_compile"] = round(r["compile_ms"] / r["convfuse_ms"], 2) if r["compile_ms"] else None

@@ -88,7 +88,7 @@ struct ct_smem {
     uint32_t b;     /* B tiles: [column phase][row tap a][column tap b][k8 step] x 2 KB */
     uint32_t ring;  /* slot 0 of the input-row ring */
     uint32_t slot;  /* bytes per slot */
-    float *stg;     /* per-warp staging, consumer warps 0..7 */
+    float *stg;     /* per-warp staging, consumer warps 0..4*ncw-1 */
     float2 *xch;    /* softmax exchange [warpgroup][slot][129] */
     float *ext;     /* extra column: raw conv values [warpgroup][64 channels] */
     float2 *tab;    /* affine tables [ntables][64 channels] */
@@ -107,11 +107,11 @@ __device__ __forceinline__ ct_smem ct_carve(const cf_ct_params &p, unsigned char
     s.slot = (uint32_t)cf_ct_slot_bytes(&p);
     q += CF_CT_SLOTS * cf_ct_slot_bytes(&p);
     s.stg = reinterpret_cast<float *>(q);
-    q += CF_CT_STG_BYTES;
+    q += CF_CT_STG_BYTES(p.ncw);
     s.xch = reinterpret_cast<float2 *>(q);
-    q += CF_CT_XCH_BYTES;
+    q += CF_CT_XCH_BYTES(p.ncw);
     s.ext = reinterpret_cast<float *>(q);
-    q += CF_CT_EXT_BYTES;
+    q += CF_CT_EXT_BYTES(p.ncw);
     s.tab = reinterpret_cast<float2 *>(q);
     q += (size_t)p.ntables * 64 * 8;
     s.full = ct_smem_u32(q);
@@ -214,7 +214,7 @@ __device__ void ct_producer(const cf_ct_params &p, const ct_smem &s, int qh, int
  * (ci, co, kh): kw = 3 - qw - 2b spreads them over the four (qw, b) tiles. */
 __device__ void ct_load_b(const cf_ct_params &p, const ct_smem &s, int qh, int c0, int ctid)
 {
-    for (int idx = ctid; idx < p.cp * 64 * 2; idx += 256) {
+    for (int idx = ctid; idx < p.cp * 64 * 2; idx += 128 * p.ncw) {
         const int nn = idx & 63, a = (idx >> 6) & 1, ci = idx >> 7, co = c0 + nn, kh = 3 - qh - 2 * a;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (ci < p.cin && co < p.cout)
@@ -238,7 +238,7 @@ __device__ void ct_build_tables(const cf_ct_params &p, const ct_smem &s, int c0,
         if (sg.kind != CF_IG_AFFINE && sg.kind != CF_IG_AFFINE_SIGMOID)
             continue;
         const double pre = sg.kind == CF_IG_AFFINE_SIGMOID ? -1.4426950408889634 : 1.0;
-        for (int c = ctid; c < 64; c += 256) {
+        for (int c = ctid; c < 64; c += 128 * p.ncw) {
             const int co = c0 + c;
             double a = 1.0, b = 0.0;
             if (co < p.cout) {
@@ -564,7 +564,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
     }
 }
 
-/* The two consumer warpgroups take alternate tiles of the CTA's range; both follow every tile to know which ring
+/* The consumer warpgroups take every ncw-th tile of the CTA's range in turn; each follows every tile to know which ring
  * loads hold its rows (the producer's order, ct_producer). */
 template <bool PAIR, bool EXTRA>
 __device__ void ct_consumer(const cf_ct_params &p, const ct_smem &s, int qh, int k0, int k1, uint32_t rank)
@@ -573,14 +573,14 @@ __device__ void ct_consumer(const cf_ct_params &p, const ct_smem &s, int qh, int
     ct_load_b(p, s, qh, c0, threadIdx.x - 128);
     ct_build_tables(p, s, c0, threadIdx.x - 128);
     fence_proxy_async(); /* B is read by the tensor cores */
-    ct_bar(3, 256);
+    ct_bar(1 + p.ncw, 128 * p.ncw);
     const int ph = p.ph[qh];
     int j = k0 % ph, seg = (k0 / ph) % p.nseg, n = k0 / ph / p.nseg, rho_next = 0, kwg = 0;
     for (int k = k0; k < k1; ++k) {
         const bool ns = k == k0 || j == 0, last = k == k1 - 1 || j == ph - 1;
         const int rho = ns ? rho_next : rho_next - 1;
         rho_next += ns ? 2 : 1;
-        if (((k - k0) & 1) == cw)
+        if ((k - k0) % p.ncw == cw)
             ct_tile<PAIR, EXTRA>(p, s, qh, c0, rank, n, seg, j, rho, ns, last, kwg++);
         if (++j == ph) {
             j = 0;
@@ -594,7 +594,7 @@ __device__ void ct_consumer(const cf_ct_params &p, const ct_smem &s, int qh, int
 
 /* Cluster c < groups0 takes row phase 0, the rest row phase 1; each a contiguous range of its phase's tiles. */
 template <bool PAIR, bool EXTRA>
-__global__ void __launch_bounds__(CF_CT_THREADS, 1) cf_ct_kernel(const __grid_constant__ cf_ct_params p)
+__global__ void __launch_bounds__(CF_CT_THREADS_MAX, 1) cf_ct_kernel(const __grid_constant__ cf_ct_params p)
 {
     extern __shared__ __align__(128) unsigned char ct_dyn[];
     const ct_smem s = ct_carve(p, ct_dyn);
@@ -609,7 +609,7 @@ __global__ void __launch_bounds__(CF_CT_THREADS, 1) cf_ct_kernel(const __grid_co
             ig_mbar_init(s.full + 8 * i, 128);
             ig_mbar_init(s.empty + 8 * i, 2);
         }
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 2 * p.ncw; ++i)
             ig_mbar_init(s.xbar + 8 * i, 1);
         if (PAIR)
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -692,6 +692,11 @@ static bool ct_geometry(const struct cf_plan *plan, cf_ct_params *p, bool *pair,
     cf_args_t none;
     memset(&none, 0, sizeof none);
     cf_ig_fill_stages(plan, &none, 0, plan->chain.length, NULL, NULL, p); /* sizes the tables */
+    /* consumer warpgroups: 3 by default (a third epilogue in flight; docs/kb2_91.md), 2 where the third's staging
+     * and exchange slots (7 KB) pass the 227 KB every compute capability 9.0 device allows */
+    p->ncw = cf_env_int("CONVFUSE_CT_WGS", CF_CT_MAX_WGS, 2, CF_CT_MAX_WGS);
+    if (p->ncw > 2 && cf_ct_smem_bytes(p) > 232448)
+        p->ncw = 2;
     return true;
 }
 
@@ -775,7 +780,7 @@ static cf_status_t ct_clusters(ct_kernel_fn fn, int dev, cudaLaunchConfig_t cfg,
         clusters = active;
     } else {
         int per_sm = 0;
-        CF_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn, CF_CT_THREADS,
+        CF_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)fn, (int)cfg.blockDim.x,
                                                                   cfg.dynamicSmemBytes));
         clusters = sms * (per_sm > 1 ? 1 : per_sm);
     }
@@ -813,7 +818,7 @@ cf_status_t cf_ct_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     attr[0].val.clusterDim.x = (unsigned)cluster;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
-    cfg.blockDim = dim3(CF_CT_THREADS);
+    cfg.blockDim = dim3((unsigned)(128 * (1 + p.ncw)));
     cfg.dynamicSmemBytes = cf_ct_smem_bytes(&p);
     cfg.stream = (cudaStream_t)stream_ptr;
     cfg.attrs = attr;
@@ -840,9 +845,9 @@ cf_status_t cf_ct_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     if (cf_verbose("launch"))
         fprintf(stderr,
                 "convfuse: launch: convt_s2 wgmma-ss tf32 %s%s cluster=%d grid=%d (row phase 0: %d clusters) "
-                "tiles=%d+%d segments=%d smem=%zu%s\n",
+                "consumer_wgs=%d tiles=%d+%d segments=%d smem=%zu%s\n",
                 pair ? "+pair(channel halves)" : "", extra ? "+extra_column" : "", cluster, (int)(g * cluster),
-                p.groups0, p.tiles[0], p.tiles[1], p.nseg, cfg.dynamicSmemBytes,
+                p.groups0, p.ncw, p.tiles[0], p.tiles[1], p.nseg, cfg.dynamicSmemBytes,
                 p.ablate ? " ABLATED (CONVFUSE_CT_ABLATE: results wrong)" : "");
     return CF_STATUS_SUCCESS;
 }

@@ -20,8 +20,9 @@
  * channels a plane of 16-byte positions (CF_CT_PLANE). That is TF32 wgmma's K-major layout with no swizzle
  * (8 positions x 16 bytes = one core matrix), so every tap is the descriptor's start address moved by 16 bytes per
  * column and a ring slot per row: no per-thread A fragments, no gather (the register-fed kernel spent ~0.56 of its
- * 1.3 ms there, docs/kb2_91.md). Two consumer warpgroups take alternate tiles: one's epilogue runs while the
- * other's wgmma do.
+ * 1.3 ms there, docs/kb2_91.md). Three consumer warpgroups (two with CONVFUSE_CT_WGS=2) take the tiles in turn:
+ * the epilogue, three times the wgmma's time per tile, runs in two warpgroups while the third's wgmma do. A row's
+ * slot is freed once its tiles' wgmma are done (not their epilogues), so 4 slots keep the producer a row ahead.
  *
  * The extra column. With output_padding 1 and W a multiple of 64, column phase 0 has one position past the last
  * segment (ow = 2W, one tap column). Its 64 channels come from m64n8k8 products with the roles swapped (the B tile
@@ -38,9 +39,10 @@
 #define CF_CT_POS 66      /* filled positions per plane: columns seg*64 - 1 .. seg*64 + 64 */
 #define CF_CT_PLANE 73    /* positions per plane: 66, 6 more read by the extra column's n8 tile, 1 so that a plane is
                              292 = 4 (mod 32) words: the producer's 16-byte writes of 8 planes hit 8 bank groups */
-#define CF_CT_SLOTS 4     /* ring slots: two tiles in flight read three rows, the fourth fills */
+#define CF_CT_SLOTS 4     /* ring slots: two tiles' wgmma in flight read three rows, the fourth fills */
 #define CF_CT_STG_LD 36   /* per-warp store staging: 8 channels x 32 columns (float2 writes conflict-free) */
-#define CF_CT_THREADS 384 /* producer warpgroup + two consumer warpgroups */
+#define CF_CT_MAX_WGS 3   /* consumer warpgroups (cf_ct_params.ncw: 2 or 3) */
+#define CF_CT_THREADS_MAX (128 * (1 + CF_CT_MAX_WGS)) /* producer warpgroup + consumers: 128 registers a thread */
 
 struct cf_ct_params {
     const float *src, *wei, *bia;
@@ -53,6 +55,7 @@ struct cf_ct_params {
     int tiles[2];
     int groups0; /* clusters of row phase 0 (then row phase 1) */
     int groups;  /* clusters in the grid */
+    int ncw;     /* consumer warpgroups, each taking every ncw-th tile of the CTA's range (CONVFUSE_CT_WGS) */
     int ablate;  /* developer knob CONVFUSE_CT_ABLATE (wrong results; 0 otherwise): 1 no stores, 2 no input loads,
                     4 no softmax exchange, 8 no epilogue math, 16 one k8 step per tap, 32 the pair's
                     channel halves swapped between the CTAs (results right) */
@@ -66,14 +69,14 @@ struct cf_ct_params {
  * tables, mbarriers. */
 __host__ __device__ static inline size_t cf_ct_b_bytes(const struct cf_ct_params *p) { return (size_t)8 * p->ksteps * 2048; }
 __host__ __device__ static inline size_t cf_ct_slot_bytes(const struct cf_ct_params *p) { return (size_t)(p->cp / 4) * CF_CT_PLANE * 16; }
-#define CF_CT_STG_BYTES (8 * 8 * CF_CT_STG_LD * 4)
-#define CF_CT_XCH_BYTES (2 * 2 * 129 * 8) /* [warpgroup][slot][2 column phases x 64 positions + extra] float2 */
-#define CF_CT_EXT_BYTES (2 * 64 * 4)
-#define CF_CT_BAR_BYTES (16 * 8)
+#define CF_CT_STG_BYTES(ncw) ((size_t)(ncw) * 4 * 8 * CF_CT_STG_LD * 4) /* [consumer warp][8 channels][LD] */
+#define CF_CT_XCH_BYTES(ncw) ((size_t)(ncw) * 2 * 129 * 8) /* [warpgroup][slot][2 col. phases x 64 positions + extra] */
+#define CF_CT_EXT_BYTES(ncw) ((size_t)(ncw) * 64 * 4)
+#define CF_CT_BAR_BYTES (16 * 8) /* full [4], empty [4], exchange [warpgroup][2] */
 static inline size_t cf_ct_smem_bytes(const struct cf_ct_params *p)
 {
-    return 1024 + cf_ct_b_bytes(p) + CF_CT_SLOTS * cf_ct_slot_bytes(p) + CF_CT_STG_BYTES + CF_CT_XCH_BYTES +
-           CF_CT_EXT_BYTES + (size_t)p->ntables * 64 * 8 + CF_CT_BAR_BYTES;
+    return 1024 + cf_ct_b_bytes(p) + CF_CT_SLOTS * cf_ct_slot_bytes(p) + CF_CT_STG_BYTES(p->ncw) +
+           CF_CT_XCH_BYTES(p->ncw) + CF_CT_EXT_BYTES(p->ncw) + (size_t)p->ntables * 64 * 8 + CF_CT_BAR_BYTES;
 }
 
 #endif

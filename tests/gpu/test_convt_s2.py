@@ -95,6 +95,25 @@ def test_off_switch_hands_over_to_the_implicit_gemm(case, monkeypatch, capfd):
     torch.testing.assert_close(a, b, atol=2e-4, rtol=2e-4)
 
 
+@pytest.mark.parametrize("case", [ct(2, 64, 16, 64, 128), ct(3, 32, 9, 128, 96), ct(2, 13, 17, 20, 60)],
+                         ids=lambda c: c.line())
+def test_two_and_three_consumer_warpgroups_agree(case, monkeypatch, capfd):
+    """CONVFUSE_CT_WGS only changes which warpgroup takes a tile, not its arithmetic: the outputs are bitwise equal
+    (tile counts not a multiple of 2 or 3 included: 16 + 17 and 9 + 8 phase rows)."""
+    t = materialize(case, torch.Generator().manual_seed(11), device=DEV)
+    monkeypatch.setenv("CONVFUSE_VERBOSE", "launch")
+    outs = {}
+    for wgs in (2, 3):
+        monkeypatch.setenv("CONVFUSE_CT_WGS", str(wgs))
+        with convfuse._plans_lock:
+            convfuse._plans.clear()
+        outs[wgs] = run(case, t)
+        err = capfd.readouterr().err
+        assert f"consumer_wgs={wgs}" in err, err
+    assert not torch.isnan(outs[3]).any()
+    assert torch.equal(outs[2], outs[3]), f"max diff {(outs[2] - outs[3]).abs().max().item():.3g}; {case.line()}"
+
+
 def test_plan_names_the_kernel():
     x = torch.rand(1, 64, 8, 8, device=DEV)
     w = torch.randn(64, 128, 4, 4, device=DEV)
