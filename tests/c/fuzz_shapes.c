@@ -1,6 +1,7 @@
 /* Seeded, reproducible shape fuzzer: random valid descriptors x random chains.
  *
- *   fuzz_shapes [--backend cpu|cuda] [--count N] [--seed S] [--case K] [--max-macs M] [--wide] [--verbose]
+ *   fuzz_shapes [--backend cpu|cuda] [--count N] [--seed S] [--case K] [--max-macs M] [--wide | --convt-s2]
+ *               [--verbose]
  *
  * Case K of seed S is a pure function of (S, K): `--seed S --case K` re-runs exactly the case a failure
  * names. Each case draws a descriptor (conv2d or conv_transpose2d, kernels 1-7, strides 1-3, dilations 1-3,
@@ -134,13 +135,16 @@ static int64_t small_biased(rng_t *r, int64_t hi)
     return rng_unit(r) < 0.5 ? rng_int(r, 1, hi / 4 > 1 ? hi / 4 : 1) : rng_int(r, 1, hi);
 }
 
-static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, int wide, fcase_t *c)
+/* which shapes a run draws: the default sizes, --wide rows, or --convt-s2 (the convt_s2 kernel's family) */
+typedef enum { FAMILY_DEFAULT, FAMILY_WIDE, FAMILY_CONVT_S2 } family_t;
+
+static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, family_t family, fcase_t *c)
 {
     rng_t r = {splitmix64(seed * 0x9E3779B97F4A7C15ull + splitmix64((uint64_t)index + 1))};
     memset(c, 0, sizeof *c);
     cf_conv_desc_t *d = &c->d;
     const double kind_draw = rng_unit(&r);
-    const cf_conv_kind_t kind = wide == 2 ? CF_CONV_TRANSPOSE_2D : kind_draw < 0.5 ? CF_CONV_2D : CF_CONV_TRANSPOSE_2D;
+    const cf_conv_kind_t kind = family == FAMILY_CONVT_S2 ? CF_CONV_TRANSPOSE_2D : kind_draw < 0.5 ? CF_CONV_2D : CF_CONV_TRANSPOSE_2D;
     const int64_t kh = rng_int(&r, 1, 7), kw = rng_unit(&r) < 0.6 ? kh : rng_int(&r, 1, 7);
     const double cu = rng_unit(&r);
     const int64_t c_out = cu < 0.5 ? rng_int(&r, 1, 16) : cu < 0.8 ? rng_int(&r, 17, 64) : rng_int(&r, 65, 300);
@@ -158,7 +162,7 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, in
         d->out_pad_w = rng_int(&r, 0, (d->stride_w > d->dil_w ? d->stride_w : d->dil_w) - 1);
     }
     d->has_bias = rng_unit(&r) < 0.7;
-    if (wide == 2) { /* --convt-s2, drawn after the rest */
+    if (family == FAMILY_CONVT_S2) { /* drawn after the rest */
         d->kind = CF_CONV_TRANSPOSE_2D;
         d->kh = d->kw = 4;
         d->stride_h = d->stride_w = 2;
@@ -170,7 +174,7 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, in
         d->h = rng_int(&r, 1, 16);
         d->c_in = rng_int(&r, 1, 64);
         d->c_out = rng_unit(&r) < 0.6 ? rng_int(&r, 65, 128) : rng_int(&r, 1, 64);
-    } else if (wide) { /* drawn after the rest: the default cases stay what they were */
+    } else if (family == FAMILY_WIDE) { /* drawn after the rest: the default cases stay what they were */
         d->w = rng_int(&r, 24, 264);
         d->h = rng_int(&r, 1, 12);
         if (rng_unit(&r) < 0.7) {
@@ -228,7 +232,7 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, in
         }
         break; /* minimal: accept */
     }
-    if (wide == 2 && d->w % 4 != 0) { /* halving may have broken W = 0 mod 4 */
+    if (family == FAMILY_CONVT_S2 && d->w % 4 != 0) { /* halving may have broken W = 0 mod 4 */
         d->w = d->w < 4 ? 4 : d->w / 4 * 4;
         c->oh = out_size(kind, d->h, d->kh, d->stride_h, d->pad_h, d->out_pad_h, d->dil_h);
         c->ow = out_size(kind, d->w, d->kw, d->stride_w, d->pad_w, d->out_pad_w, d->dil_w);
@@ -238,7 +242,7 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, in
     for (int i = 0; i < c->nops; i++) {
         fop_t *o = &c->ops[i];
         o->kind = (cf_op_kind_t)rng_int(&r, 0, CF_OP_COUNT - 1);
-        if (wide == 2 && (o->kind == CF_OP_BATCH_NORM || o->kind == CF_OP_AFFINE_CHANNEL))
+        if (family == FAMILY_CONVT_S2 && (o->kind == CF_OP_BATCH_NORM || o->kind == CF_OP_AFFINE_CHANNEL))
             o->kind = CF_OP_ADD_CHANNEL;
         /* multiples of 1/64: printed exactly by %g */
         o->scalar = (double)rng_int(&r, -128, 128) / 64.0;
@@ -257,7 +261,7 @@ static void gen_case(uint64_t seed, int64_t index, double max_macs, int cuda, in
             c->bn_train_too_small = 1;
     }
     if (cuda)
-        c->math = rng_unit(&r) < 0.5 && wide != 2 ? CF_MATH_STRICT_F32 : CF_MATH_DEFAULT;
+        c->math = rng_unit(&r) < 0.5 && family != FAMILY_CONVT_S2 ? CF_MATH_STRICT_F32 : CF_MATH_DEFAULT;
     else
         c->math = (cf_math_t)rng_int(&r, 0, 2); /* the CPU backend ignores it; plans must accept all */
 }
@@ -770,7 +774,7 @@ typedef struct {
     uint64_t seed;
     double max_macs;
     int verbose;
-    int wide;
+    family_t family;
     int refusals_printed;
 } config_t;
 
@@ -786,8 +790,8 @@ static void report_failure(const config_t *cfg, int64_t index, const fcase_t *c,
     case_line(c, line, sizeof line);
     if (cfg->max_macs != default_max_macs(cfg->cuda))
         snprintf(budget, sizeof budget, " --max-macs %.17g", cfg->max_macs);
-    if (cfg->wide)
-        strncat(budget, cfg->wide == 2 ? " --convt-s2" : " --wide", sizeof budget - strlen(budget) - 1);
+    if (cfg->family != FAMILY_DEFAULT)
+        strncat(budget, cfg->family == FAMILY_CONVT_S2 ? " --convt-s2" : " --wide", sizeof budget - strlen(budget) - 1);
     fprintf(stderr,
             "FAIL case %lld: %s [impl %s, math %s]\n    %s\n    reproduce: fuzz_shapes --backend %s --seed %llu "
             "--case %lld%s\n",
@@ -798,7 +802,7 @@ static void report_failure(const config_t *cfg, int64_t index, const fcase_t *c,
 static int run_one(config_t *cfg, int64_t index, const char **impl_out)
 {
     fcase_t c;
-    gen_case(cfg->seed, index, cfg->max_macs, cfg->cuda, cfg->wide, &c);
+    gen_case(cfg->seed, index, cfg->max_macs, cfg->cuda, cfg->family, &c);
     char why[1024] = "";
     const char *impl = NULL;
     *impl_out = NULL;
@@ -993,9 +997,9 @@ int main(int argc, char **argv)
         if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
             cfg.verbose = 1;
         } else if (strcmp(a, "--wide") == 0) {
-            cfg.wide = 1;
+            cfg.family = FAMILY_WIDE;
         } else if (strcmp(a, "--convt-s2") == 0) {
-            cfg.wide = 2;
+            cfg.family = FAMILY_CONVT_S2;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(NULL);
             return 0;
