@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Timing ablations and A/B builds (development only): build the CLI with parts of the fused kernel switched off
-# (CF_IG_ABLATE mask, src/cuda/igemm_kernel.cuh) or with other CUDA flags, and stage the binaries as
-# .devbuild/convfuse_abl<name>. On the device: bash bench/device.sh ablate (times every staged binary, same run).
+# (CF_IG_ABLATE mask, src/cuda/igemm_kernel.cuh; CF_CT_ABLATE for convt_s2) or with other CUDA flags, and stage the
+# binaries as .devbuild/convfuse_abl<name>. On the device: bash bench/device.sh ablate (times every staged binary, same run).
 #   ABLATE_MASKS="1 2 4 8"                      masks to build (outputs wrong on purpose); "" for none
+#   ABLATE_CT_MASKS="1 8 16"                    convt_s2's CF_CT_ABLATE masks (src/cuda/convt_s2.cuh), as _ct<mask>
 #   ABLATE_FLAGS="name=-DFOO=1,-DBAR=2"        name=flags pairs (spaces in flags as commas)
 #   ABLATE_BASE=<git ref>                       also build that commit's CLI as convfuse_abl_base (the baseline)
 #   ABLATE_REFS="name=<git ref> ..."            also build those commits' CLIs as convfuse_abl_<name>
@@ -17,6 +18,9 @@ build() { # name, CUDA flags, source dir
 }
 for m in ${ABLATE_MASKS-1 2 4 8}; do
     build $m "-DCF_IG_ABLATE=$m" .
+done
+for m in ${ABLATE_CT_MASKS:-}; do
+    build _ct$m "-DCF_CT_ABLATE=$m" .
 done
 for nf in ${ABLATE_FLAGS:-}; do
     build "_${nf%%=*}" "$(echo "${nf#*=}" | tr , ' ')" .

@@ -6,9 +6,10 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 timeout 120 python3 dev/debug_ct.py 2>&1 | tail -90
 timeout 100 .devbuild/fuzz_shapes --backend cuda --convt-s2 --count 300 --seed 1 2>&1 | grep -A1 "^FAIL" | grep -v reproduce | head -30
 timeout 100 .devbuild/fuzz_shapes --backend cuda --convt-s2 --count 300 --seed 1 2>&1 | tail -1
-for a in 0 1 2 4 8 16 13 0; do
-    echo "--- CONVFUSE_CT_ABLATE=$a"
-    CONVFUSE_CT_ABLATE=$a timeout 60 .devbuild/convfuse run kb2-91 --iters 20 2>&1 | grep -E "^time"
+# ablations: the CF_CT_ABLATE builds staged by ABLATE_CT_MASKS="1 2 4 8 16 13" bash bench/ablate.sh
+for b in .devbuild/convfuse .devbuild/convfuse_abl_ct* .devbuild/convfuse; do
+    echo "--- $(basename $b)"
+    timeout 60 $b run kb2-91 --iters 20 2>&1 | grep -E "^time"
 done
 echo "--- implicit GEMM (CONVFUSE_CONVT_S2=0)"
 CONVFUSE_CONVT_S2=0 timeout 60 .devbuild/convfuse run kb2-91 --iters 20 2>&1 | grep -E "^time"

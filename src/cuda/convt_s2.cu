@@ -4,6 +4,7 @@
 #include "epilogue.cuh"
 #include "igemm_host.h"
 #include "stages_host.h"
+#include "tf32.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
@@ -26,22 +27,16 @@ __device__ __forceinline__ void ct_sts128(uint32_t addr, float a, float b, float
     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
 
+/* the four values rounded to nearest TF32 (the tensor core would truncate them: an error biased toward zero that adds
+ * up over the K sum; large softmax logits showed it) */
+__device__ __forceinline__ void ct_sts128_rn(uint32_t addr, float a, float b, float c, float d)
+{
+    ct_sts128(addr, cf_tf32_rna_f(a), cf_tf32_rna_f(b), cf_tf32_rna_f(c), cf_tf32_rna_f(d));
+}
+
 __device__ __forceinline__ void ct_sts32(uint32_t addr, uint32_t v)
 {
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-
-/* round to nearest TF32 (ties away from zero) by adding half a TF32 ulp to the bits and clearing the 13 low ones:
- * two integer instructions (cvt.rna.tf32 compiles to four). The tensor core ignores the low bits, so an unrounded
- * operand is truncated: an error biased toward zero that adds up over the K sum (large softmax logits showed it). */
-__device__ __forceinline__ float ct_rn(float x) { return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u); }
-
-/* round to TF32 (nearest, ties away), as the tensor core then reads it exactly */
-__device__ __forceinline__ uint32_t ct_tf32(float x)
-{
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
 }
 
 __device__ __forceinline__ void ct_arrive(uint32_t bar)
@@ -124,8 +119,8 @@ __device__ __forceinline__ ct_smem ct_carve(const cf_ct_params &p, unsigned char
  * column seg*64 - 1 + p (zero outside the image and past C_in). A thread copies 4 channels x 4 columns per task
  * (four 16-byte loads, transposed in registers into four 16-byte writes): lanes 0-7 take 8 consecutive planes of
  * one column group, so each quarter-warp's writes land in 8 distinct bank groups (CF_CT_PLANE = 4 mod 32 words).
- * Values are rounded to TF32 on the way (ct_rn), after all loads are issued: rounding at the load made ptxas
- * wait for each load in turn (the producer then bound the kernel: 1.63 ms against 1.15 at KB2-91). */
+ * Values are rounded to nearest TF32 on the way (ct_sts128_rn), after all loads are issued: rounding at the load
+ * made ptxas wait for each load in turn (the producer then bound the kernel: 1.63 ms against 1.15 at KB2-91). */
 __device__ __forceinline__ void ct_fill(const cf_ct_params &p, const ct_smem &s, int rho, int n, int seg, int r)
 {
     const int tid = threadIdx.x & 127, g4 = p.cp >> 2;
@@ -144,7 +139,7 @@ __device__ __forceinline__ void ct_fill(const cf_ct_params &p, const ct_smem &s,
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
             const int ci = 4 * g + m;
-            v[it][m] = (p.ablate & 2) ? make_float4(1.f, 1.f, 1.f, 1.f)
+            v[it][m] = (CF_CT_ABLATE & 2) ? make_float4(1.f, 1.f, 1.f, 1.f)
                        : ok && ci < p.cin ? __ldg(reinterpret_cast<const float4 *>(xr + (int64_t)ci * hw + col))
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
         }
@@ -167,14 +162,14 @@ __device__ __forceinline__ void ct_fill(const cf_ct_params &p, const ct_smem &s,
         const int task = tid + 128 * it, g = task % g4, q = task / g4;
         if (q < 16) {
             const uint32_t a = base + (uint32_t)(g * CF_CT_PLANE + 1 + 4 * q) * 16u;
-            ct_sts128(a, ct_rn(v[it][0].x), ct_rn(v[it][1].x), ct_rn(v[it][2].x), ct_rn(v[it][3].x));
-            ct_sts128(a + 16, ct_rn(v[it][0].y), ct_rn(v[it][1].y), ct_rn(v[it][2].y), ct_rn(v[it][3].y));
-            ct_sts128(a + 32, ct_rn(v[it][0].z), ct_rn(v[it][1].z), ct_rn(v[it][2].z), ct_rn(v[it][3].z));
-            ct_sts128(a + 48, ct_rn(v[it][0].w), ct_rn(v[it][1].w), ct_rn(v[it][2].w), ct_rn(v[it][3].w));
+            ct_sts128_rn(a, v[it][0].x, v[it][1].x, v[it][2].x, v[it][3].x);
+            ct_sts128_rn(a + 16, v[it][0].y, v[it][1].y, v[it][2].y, v[it][3].y);
+            ct_sts128_rn(a + 32, v[it][0].z, v[it][1].z, v[it][2].z, v[it][3].z);
+            ct_sts128_rn(a + 48, v[it][0].w, v[it][1].w, v[it][2].w, v[it][3].w);
         }
     }
     if (hpos >= 0)
-        ct_sts128(base + (uint32_t)(hg * CF_CT_PLANE + hpos) * 16u, ct_rn(hv[0]), ct_rn(hv[1]), ct_rn(hv[2]), ct_rn(hv[3]));
+        ct_sts128_rn(base + (uint32_t)(hg * CF_CT_PLANE + hpos) * 16u, hv[0], hv[1], hv[2], hv[3]);
     fence_proxy_async(); /* the wgmma read the slot through the async proxy */
     ct_arrive(s.full + 8 * slot);
 }
@@ -222,10 +217,10 @@ __device__ void ct_load_b(const cf_ct_params &p, const ct_smem &s, int qh, int c
         const uint32_t off = (uint32_t)((k >> 2) * 128 + (nn >> 3) * 256 + (nn & 7) * 16 + (k & 3) * 4);
         const uint32_t tile = 2048u * (uint32_t)p.ksteps;
         const uint32_t t00 = s.b + (uint32_t)(a * 2 * p.ksteps + ks) * 2048u + off; /* (qw 0, a, b 0) */
-        ct_sts32(t00, ct_tf32(v.w));               /* kw 3: qw 0, b 0 */
-        ct_sts32(t00 + tile, ct_tf32(v.y));        /* kw 1: qw 0, b 1 */
-        ct_sts32(t00 + 4 * tile, ct_tf32(v.z));    /* kw 2: qw 1, b 0 */
-        ct_sts32(t00 + 5 * tile, ct_tf32(v.x));    /* kw 0: qw 1, b 1 */
+        ct_sts32(t00, cf_tf32_rna(v.w));            /* kw 3: qw 0, b 0 */
+        ct_sts32(t00 + tile, cf_tf32_rna(v.y));     /* kw 1: qw 0, b 1 */
+        ct_sts32(t00 + 4 * tile, cf_tf32_rna(v.z)); /* kw 2: qw 1, b 0 */
+        ct_sts32(t00 + 5 * tile, cf_tf32_rna(v.x)); /* kw 0: qw 1, b 1 */
     }
 }
 
@@ -440,7 +435,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
     const uint32_t b_lo = ((s.b >> 4) & 0x3fffu) | 8u << 16;
     float acc[2][32], ax[4];
     wgmma_fence();
-    const int ksteps = (p.ablate & 16) ? 1 : p.ksteps;
+    const int ksteps = (CF_CT_ABLATE & 16) ? 1 : p.ksteps;
     for (int ks = 0; ks < ksteps; ++ks) {
 #pragma unroll
         for (int qw = 0; qw < 2; ++qw)
@@ -476,7 +471,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
         ext[16 * w + g + 8] = ax[2];
     }
     float e0 = 0.f, e1 = 0.f; /* extra column, warp 0: channels lane and lane + 32 */
-    const bool math = !(p.ablate & 8);
+    const bool math = !(CF_CT_ABLATE & 8);
     if (math)
         ct_apply(p, s.tab, 0, pre_end, acc, t);
     if (math && sm >= 0) {
@@ -498,7 +493,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
             }
         }
         float fe = 0.f;
-        if (PAIR && !(p.ablate & 4)) {
+        if (PAIR && !(CF_CT_ABLATE & 4)) {
             float2 o[4], oe = make_float2(0.f, 0.f);
             ct_exchange<EXTRA>(s, cw, rank, kwg, m, l, me, le, o, oe);
 #pragma unroll
@@ -536,7 +531,12 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
     const int plane = p.oh * p.ow, row = 2 * j + qh, col = 128 * seg + 32 * w + lane;
     float *stg = s.stg + (cw * 4 + w) * 8 * CF_CT_STG_LD;
     float *dst = p.dst + ((int64_t)n * p.cout + c0) * plane + (int64_t)row * p.ow;
-    const bool col_ok = col < p.ow && !(p.ablate & 1);
+    const bool col_ok = col < p.ow && !(CF_CT_ABLATE & 1);
+    /* the lane's column of channel c0 + 8nt, a store at q + c * plane (one IMAD.WIDE each; c * plane < 2^31 by
+     * ct_geometry): indexing dst per store had cost ~7 instructions (the 64-bit index, the base reloaded from the
+     * parameters, the channel guard, now only in a CTA's partial last channel half) */
+    float *q = dst + col;
+    const int nch = p.cout - c0 < 64 ? p.cout - c0 : 64; /* channels this CTA writes: 64 unless the last half */
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -549,13 +549,21 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
         for (int c = 0; c < 8; ++c)
             v[c] = stg[c * CF_CT_STG_LD + lane];
         __syncwarp();
-        if (col_ok)
+        if (col_ok) {
+            if (nch == 64) {
 #pragma unroll
-            for (int c = 0; c < 8; ++c)
-                if (c0 + 8 * nt + c < p.cout)
-                    dst[(int64_t)(8 * nt + c) * plane + col] = v[c];
+                for (int c = 0; c < 8; ++c)
+                    q[c * plane] = v[c];
+            } else {
+#pragma unroll
+                for (int c = 0; c < 8; ++c)
+                    if (8 * nt + c < nch)
+                        q[c * plane] = v[c];
+            }
+        }
+        q += 8 * plane;
     }
-    if (EXTRA && w == 0 && seg == p.nseg - 1 && !(p.ablate & 1)) { /* position 64 is column W - 1 only in the last segment */
+    if (EXTRA && w == 0 && seg == p.nseg - 1 && !(CF_CT_ABLATE & 1)) { /* position 64 is column W - 1 only in the last segment */
         if (c0 + lane < p.cout)
             dst[(int64_t)lane * plane + p.ow - 1] = e0;
         if (c0 + lane + 32 < p.cout)
@@ -568,7 +576,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
 template <bool PAIR, bool EXTRA>
 __device__ void ct_consumer(const cf_ct_params &p, const ct_smem &s, int qh, int k0, int k1, uint32_t rank)
 {
-    const int cw = (threadIdx.x >> 7) - 1, c0 = 64 * (int)(rank ^ ((uint32_t)p.ablate >> 5 & 1u));
+    const int cw = (threadIdx.x >> 7) - 1, c0 = 64 * (int)(rank ^ (uint32_t)(CF_CT_ABLATE >> 5 & 1));
     ct_load_b(p, s, qh, c0, threadIdx.x - 128);
     ct_build_tables(p, s, c0, threadIdx.x - 128);
     fence_proxy_async(); /* B is read by the tensor cores */
@@ -637,7 +645,8 @@ static ct_kernel_fn ct_pick(bool pair, bool extra)
 }
 
 /* The plan's geometry as the kernel sees it (no CUDA calls); false with a reason where the kernel does not apply. */
-static bool ct_geometry(const struct cf_plan *plan, cf_ct_params *p, bool *pair, bool *extra, char *why, size_t n)
+static bool ct_geometry(const struct cf_plan *plan, size_t smem_limit, cf_ct_params *p, bool *pair, bool *extra,
+                        char *why, size_t n)
 {
     const cf_conv_desc_t *d = &plan->conv;
     memset(p, 0, sizeof *p);
@@ -692,9 +701,9 @@ static bool ct_geometry(const struct cf_plan *plan, cf_ct_params *p, bool *pair,
     memset(&none, 0, sizeof none);
     cf_ig_fill_stages(plan, &none, 0, plan->chain.length, NULL, NULL, p); /* sizes the tables */
     /* consumer warpgroups: 3 by default (a third epilogue in flight; docs/kb2_91.md), 2 where the third's staging
-     * and exchange slots (7 KB) pass the 227 KB every compute capability 9.0 device allows */
+     * and exchange slots (7 KB) pass the shared memory a block may opt in to (smem_limit; 0: unknown, keep 3) */
     p->ncw = cf_env_int("CONVFUSE_CT_WGS", CF_CT_MAX_WGS, 2, CF_CT_MAX_WGS);
-    if (p->ncw > 2 && cf_ct_smem_bytes(p) > 232448)
+    if (p->ncw > 2 && smem_limit > 0 && cf_ct_smem_bytes(p) > smem_limit)
         p->ncw = 2;
     return true;
 }
@@ -710,6 +719,17 @@ static int ct_device_cc(int *dev_out)
     return 10 * major + minor;
 }
 
+/* the dynamic shared memory a block may opt in to on device dev; 0 where the query fails */
+static size_t ct_smem_optin(int dev)
+{
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return (size_t)optin;
+}
+
 bool cf_ct_supports(const struct cf_plan *plan, char *why, size_t n)
 {
     cf_ct_params p;
@@ -719,17 +739,16 @@ bool cf_ct_supports(const struct cf_plan *plan, char *why, size_t n)
         snprintf(why, n, "turned off (CONVFUSE_CONVT_S2=0)");
         return false;
     }
-    if (!ct_geometry(plan, &p, &pair, &extra, why, n))
-        return false;
-    int dev = 0, optin = 0;
+    int dev = 0;
     if (ct_device_cc(&dev) != 90) {
         snprintf(why, n, "needs a compute capability 9.0 device (sm_90a wgmma)");
         return false;
     }
-    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        cf_ct_smem_bytes(&p) > (size_t)optin) {
-        (void)cudaGetLastError();
-        snprintf(why, n, "needs %zu bytes of shared memory (the device allows %d)", cf_ct_smem_bytes(&p), optin);
+    const size_t optin = ct_smem_optin(dev);
+    if (!ct_geometry(plan, optin, &p, &pair, &extra, why, n))
+        return false;
+    if (cf_ct_smem_bytes(&p) > optin) {
+        snprintf(why, n, "needs %zu bytes of shared memory (the device allows %zu)", cf_ct_smem_bytes(&p), optin);
         return false;
     }
     return true;
@@ -797,7 +816,9 @@ cf_status_t cf_ct_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     cf_ct_params p;
     bool pair = false, extra = false;
     char why[256];
-    if (!ct_geometry(plan, &p, &pair, &extra, why, sizeof why))
+    int dev = 0;
+    CF_CUDA_TRY(cudaGetDevice(&dev));
+    if (!ct_geometry(plan, ct_smem_optin(dev), &p, &pair, &extra, why, sizeof why))
         return cf_error(CF_STATUS_INTERNAL_ERROR, "plan no longer fits the convt_s2 kernel: %s", why);
     /* 16-byte loads of the input rows and the weights: a misaligned view takes the implicit GEMM; so does every
      * call with CONVFUSE_CONVT_S2=0 (read per call, like the implicit GEMM's knobs: plans are cached) */
@@ -807,7 +828,6 @@ cf_status_t cf_ct_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     p.wei = args->wei;
     p.bia = plan->conv.has_bias ? args->bia : NULL;
     p.dst = args->dst;
-    p.ablate = cf_env_int("CONVFUSE_CT_ABLATE", 0, 0, 63);
     cf_ig_fill_stages(plan, args, 0, plan->chain.length, NULL, NULL, &p);
     const ct_kernel_fn fn = ct_pick(pair, extra);
     const int cluster = pair ? 2 : 1;
@@ -822,8 +842,7 @@ cf_status_t cf_ct_execute(const struct cf_plan *plan, const cf_args_t *args, voi
     cfg.stream = (cudaStream_t)stream_ptr;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    int dev = 0, clusters = 0;
-    CF_CUDA_TRY(cudaGetDevice(&dev));
+    int clusters = 0;
     const cf_status_t st = ct_clusters(fn, dev, cfg, cluster, plan->device_sm_count, &clusters);
     if (st != CF_STATUS_SUCCESS)
         return st;
@@ -847,6 +866,6 @@ cf_status_t cf_ct_execute(const struct cf_plan *plan, const cf_args_t *args, voi
                 "consumer_wgs=%d tiles=%d+%d segments=%d smem=%zu%s\n",
                 pair ? "+pair(channel halves)" : "", extra ? "+extra_column" : "", cluster, (int)(g * cluster),
                 p.groups0, p.ncw, p.tiles[0], p.tiles[1], p.nseg, cfg.dynamicSmemBytes,
-                p.ablate ? " ABLATED (CONVFUSE_CT_ABLATE: results wrong)" : "");
+                CF_CT_ABLATE ? " ABLATED (built with CF_CT_ABLATE: results wrong)" : "");
     return CF_STATUS_SUCCESS;
 }

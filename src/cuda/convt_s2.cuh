@@ -42,6 +42,12 @@
 #define CF_CT_SLOTS 4     /* ring slots: two tiles' wgmma in flight read three rows, the fourth fills */
 #define CF_CT_STG_LD 36   /* per-warp store staging: 8 channels x 32 columns (float2 writes conflict-free) */
 #define CF_CT_MAX_WGS 3   /* consumer warpgroups (cf_ct_params.ncw: 2 or 3) */
+/* Timing ablations (development only, outputs wrong; bench/ablate.sh ABLATE_CT_MASKS builds them): 1 no global
+ * stores, 2 no input loads (constants), 4 no softmax exchange, 8 no epilogue math, 16 one k8 step per tap; 32 swaps
+ * the pair's channel halves between the CTAs (results right: it tells a CTA's fault from a channel's). */
+#ifndef CF_CT_ABLATE
+#define CF_CT_ABLATE 0
+#endif
 #define CF_CT_THREADS_MAX (128 * (1 + CF_CT_MAX_WGS)) /* producer warpgroup + consumers: 128 registers a thread */
 
 struct cf_ct_params {
@@ -56,9 +62,6 @@ struct cf_ct_params {
     int groups0; /* clusters of row phase 0 (then row phase 1) */
     int groups;  /* clusters in the grid */
     int ncw;     /* consumer warpgroups, each taking every ncw-th tile of the CTA's range (CONVFUSE_CT_WGS) */
-    int ablate;  /* developer knob CONVFUSE_CT_ABLATE (wrong results; 0 otherwise): 1 no stores, 2 no input loads,
-                    4 no softmax exchange, 8 no epilogue math, 16 one k8 step per tap, 32 the pair's
-                    channel halves swapped between the CTAs (results right) */
     /* the chain (stages_host.h) */
     int nstage, softmax_stage, ntables, nops;
     struct cf_ig_stage stage[CF_CHAIN_MAX_OPS + 1];

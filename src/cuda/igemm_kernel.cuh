@@ -8,6 +8,7 @@
 #include "epilogue.cuh"
 #include "tma.cuh"
 #include "pdl.cuh"
+#include "tf32.cuh"
 #include "wgmma.cuh"
 
 #include <cuda_runtime.h>
@@ -24,12 +25,6 @@
 
 namespace cf {
 
-__device__ __forceinline__ uint32_t tf32_rna(float x)
-{
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
 
 /* d += a * b, m16n8k8, TF32 operands, fp32 accumulation. */
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
@@ -129,7 +124,7 @@ __device__ void ig_load_b(const cf_ig_params &p, const ig_smem &s, int ks0, int 
         const int ci = kcc * 8 + (lane & 3) + 4 * j, co = (nt0 + nt) * 8 + (lane >> 2);
         const float v = ig_wei(p, s.tap_widx[tap], ci, co);
         /* TF32 mode stores operands pre-rounded; 3xTF32 keeps fp32 and splits at use. */
-        s.b[e] = PASSES == 1 ? __uint_as_float(tf32_rna(v)) : v;
+        s.b[e] = PASSES == 1 ? __uint_as_float(cf_tf32_rna(v)) : v;
     }
 }
 
@@ -271,9 +266,9 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                abig[mt][e] = tf32_rna(ac[mt][e]);
+                abig[mt][e] = cf_tf32_rna(ac[mt][e]);
                 if (PASSES == 3)
-                    asmall[mt][e] = tf32_rna(ac[mt][e] - __uint_as_float(abig[mt][e]));
+                    asmall[mt][e] = cf_tf32_rna(ac[mt][e] - __uint_as_float(abig[mt][e]));
             }
         const float2 *bp = p.resident
                                ? reinterpret_cast<const float2 *>(s.b) + ((size_t)ks * p.nt_total + chunk * NT) * 32 + lane
@@ -287,8 +282,8 @@ __device__ __forceinline__ void ig_mainloop(const cf_ig_params &p, const ig_smem
                     mma_tf32(acc[mt][nt], abig[mt], __float_as_uint(bv.x), __float_as_uint(bv.y));
             } else {
                 /* 3xTF32: small*big + big*small first, then big*big (the largest term last). */
-                const uint32_t b0 = tf32_rna(bv.x), b1 = tf32_rna(bv.y);
-                const uint32_t s0 = tf32_rna(bv.x - __uint_as_float(b0)), s1 = tf32_rna(bv.y - __uint_as_float(b1));
+                const uint32_t b0 = cf_tf32_rna(bv.x), b1 = cf_tf32_rna(bv.y);
+                const uint32_t s0 = cf_tf32_rna(bv.x - __uint_as_float(b0)), s1 = cf_tf32_rna(bv.y - __uint_as_float(b1));
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     mma_tf32(acc[mt][nt], asmall[mt], b0, b1);
@@ -333,10 +328,10 @@ __device__ void ig_load_b_wg(const cf_ig_params &p, const ig_smem &s, int ntaps,
         }
         const int c = n / (8 * NT), nl = n - c * 8 * NT;
         const int off = (ks * nchunks + c) * NT * 64 + ((nl >> 3) * 2 + (k >> 2)) * 32 + (nl & 7) * 4 + (k & 3);
-        const uint32_t big = tf32_rna(v);
+        const uint32_t big = cf_tf32_rna(v);
         s.b[off] = __uint_as_float(big);
         if (PASSES >= 2)
-            s.b[half + off] = __uint_as_float(tf32_rna(v - __uint_as_float(big)));
+            s.b[half + off] = __uint_as_float(cf_tf32_rna(v - __uint_as_float(big)));
     }
 }
 
@@ -385,8 +380,8 @@ __device__ __forceinline__ void ig_wg_pair(float (&acc)[1][NT][4], uint32_t (&a0
  * registers, B (big and small parts) by descriptor.
  * P = 3: A splits exactly into big = x with the low 13 bits cleared and small = x - big; small is rounded to TF32
  * by adding half a TF32 ulp to its bits (the tensor core ignores the low 13 bits): 3 integer/FP instructions per
- * value where cvt.rna.tf32 compiled to 4 for each of the two roundings. Products big*big + big*small + small*big.
- * P = 2 (the batch-norm statistics pass): A rounded to nearest TF32 (half an ulp added, low bits cleared), B split:
+ * value where cf_tf32_rna would take 3 for each of the two roundings. Products big*big + big*small + small*big.
+ * P = 2 (the batch-norm statistics pass): A rounded to nearest TF32 (cf_tf32_rna: NaN-safe), B split:
  * x_r*big + x_r*small. The error x - x_r is unbiased and uncorrelated with the output, so the channel mean and
  * variance keep fp32 accuracy (docs/kb2_73.md); truncating A instead would bias the mean by ~2^-11. */
 template <int NT, int P = 3>
@@ -400,7 +395,7 @@ __device__ __forceinline__ void ig_wg_step3(const float (&av)[4], uint32_t dbig,
             abig[q] = __float_as_uint(av[q]) & 0xffffe000u;
             asmall[q] = __float_as_uint(av[q] - __uint_as_float(abig[q])) + 0x1000u;
         } else {
-            abig[q] = (__float_as_uint(av[q]) + 0x1000u) & 0xffffe000u;
+            abig[q] = cf_tf32_rna(av[q]);
         }
     }
     /* every wgmma input is final before the fence: ptxas serialises the wgmma pipeline (C7513) when an ordinary

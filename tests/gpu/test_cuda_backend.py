@@ -243,6 +243,17 @@ def test_bn_stats_after_sigmoid():
     gpu_case(case, torch.Generator().manual_seed(930 + n))
 
 
+@pytest.mark.parametrize("k, c_in", [((5, 5), 3), ((3, 3), 8)], ids=["direct_2xtf32", "gram"])
+def test_bn_train_nan_input(k, c_in):
+    """A NaN in the input makes every training batch-norm output NaN, as in torch, through both statistics passes:
+    the direct pass's 2xTF32 products (2^16 values per channel) and the Gram's. The NaN is 0x7fffffff, which the
+    add-half-an-ulp-and-mask rounding the 2xTF32 A operand had used turned into -0 (cf_testlib plants that first)."""
+    case = Case(False, 4, c_in, 128 + k[0] - 1, 128 + k[1] - 1, 16, k, (1, 1), (0, 0), (0, 0), (1, 1), True, BN_TRAIN,
+                nan_inputs=1)
+    out = gpu_case(case, torch.Generator().manual_seed(77), check_state=False)
+    assert torch.isnan(out).all()
+
+
 @pytest.mark.parametrize("w", [8, 7])
 def test_bn_stats_few_values(w):
     """Training batch norm over few values per channel (3x7x6 = 126 at W = 8) through the input patch: the

@@ -146,7 +146,10 @@ def materialize(case, gen, device="cpu"):
     if case.nan_inputs:
         flat = x.view(-1)
         idx = torch.randint(0, flat.numel(), (case.nan_inputs,), generator=gen)
-        flat[idx.to(device)] = float("nan")
+        # NaN bit patterns in turn: 0x7fffffff (a GPU's 0/0; rounding it to TF32 by a bare add-and-mask gave -0),
+        # torch's 0x7fc00000, a negative NaN
+        bits = torch.tensor([0x7FFFFFFF, 0x7FC00000, -1], dtype=torch.int32).repeat(case.nan_inputs)
+        flat[idx.to(device)] = bits[: case.nan_inputs].view(torch.float32).to(device)
     wshape = (case.c_in, case.c_out) if case.transposed else (case.c_out, case.c_in)
     fan_in = (case.c_out if case.transposed else case.c_in) * case.k[0] * case.k[1]
     bound = 1.0 / math.sqrt(fan_in)
