@@ -539,15 +539,38 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
     const int nch = p.cout - c0 < 64 ? p.cout - c0 : 64; /* channels this CTA writes: 64 unless the last half */
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            *reinterpret_cast<float2 *>(&stg[(2 * t + (e & 1)) * CF_CT_STG_LD + 2 * (g + 8 * (e >> 1))]) =
-                make_float2(acc[0][4 * nt + e], acc[1][4 * nt + e]);
-        __syncwarp();
         float v[8];
+        if (CF_CT_STG128) {
+            /* column-major block: column c's 8 channels at word 8c, its two 16-byte halves swapped where bit 2 of c
+             * is set, so the lane's two LDS.128 of its column are conflict-free per quarter-warp. A float2 write
+             * holds channels (2t, 2t + 1) of one column; write i takes column phase ((g >> 1) & 1) ^ i, so that
+             * the 16 lanes of a half-warp cover columns of 4 different residues mod 4: all 32 banks. */
+            const int sw = (g >> 1) & 1;
 #pragma unroll
-        for (int c = 0; c < 8; ++c)
-            v[c] = stg[c * CF_CT_STG_LD + lane];
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const int qw = sw ^ i, c = 2 * (g + 8 * h) + qw;
+                    const float x0 = qw ? acc[1][4 * nt + 2 * h] : acc[0][4 * nt + 2 * h];
+                    const float x1 = qw ? acc[1][4 * nt + 2 * h + 1] : acc[0][4 * nt + 2 * h + 1];
+                    *reinterpret_cast<float2 *>(&stg[8 * c + ((2 * t) ^ (4 * sw))]) = make_float2(x0, x1);
+                }
+            __syncwarp();
+            const int sr = (lane >> 2) & 1;
+            const float4 lo = *reinterpret_cast<const float4 *>(&stg[8 * lane + 4 * sr]);
+            const float4 hi = *reinterpret_cast<const float4 *>(&stg[8 * lane + 4 * (sr ^ 1)]);
+            v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
+            v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                *reinterpret_cast<float2 *>(&stg[(2 * t + (e & 1)) * CF_CT_STG_LD + 2 * (g + 8 * (e >> 1))]) =
+                    make_float2(acc[0][4 * nt + e], acc[1][4 * nt + e]);
+            __syncwarp();
+#pragma unroll
+            for (int c = 0; c < 8; ++c)
+                v[c] = stg[c * CF_CT_STG_LD + lane];
+        }
         __syncwarp();
         if (col_ok) {
             if (nch == 64) {

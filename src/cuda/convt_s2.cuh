@@ -48,6 +48,10 @@
 #ifndef CF_CT_ABLATE
 #define CF_CT_ABLATE 0
 #endif
+/* store staging per 8-channel slab: 1 column-major (two LDS.128 a lane), 0 channel-major (eight LDS.32) */
+#ifndef CF_CT_STG128
+#define CF_CT_STG128 0
+#endif
 #define CF_CT_THREADS_MAX (128 * (1 + CF_CT_MAX_WGS)) /* producer warpgroup + consumers: 128 registers a thread */
 
 struct cf_ct_params {
