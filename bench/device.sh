@@ -49,6 +49,7 @@ for step in "$@"; do
         ncu --import "$OUT/prof_$blk.ncu-rep" --page source --csv --print-source sass > "$OUT/sass_$blk.csv" 2>&1
         rm -f "$OUT/prof_$blk.ncu-rep"
         grep -E "Duration|Issued Ipc|Stall|Warp Cycles Per Issued|Executed Instructions  " "$OUT/details_$blk.txt" | head -20
+        python3 bench/sass_top.py "$OUT/sass_$blk.csv" 30 2>&1 | head -60
         ls -la "$OUT" ;;
     fuzz)  # the default choice (wgmma + TMA input patch where it fits), then each path and patch variant forced
         for v in ${FUZZ_PATHS:-auto nosplit sync wgmma wgmma-gather patch-tma patch-cp.async patch-4ch slots1 slots2 ranges wide vec1 vec2}; do
