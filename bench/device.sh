@@ -130,6 +130,14 @@ for step in "$@"; do
                 timeout 200 $b run $a --iters ${AB_ITERS:-20} 2>&1 | grep -E "^time" | sed -E 's/ \(median.*//' || rc=1
             done
         done 2>&1 | tee "$OUT/ablate.txt" ;;
+    ctablate)  # KB2-91 on this build and the convt_s2 ablation builds (bench/ablate.sh ABLATE_CT_MASKS), twice in turn
+        for r in 1 2; do
+            for b in .devbuild/convfuse .devbuild/convfuse_abl_ct*; do
+                [ -x "$b" ] || continue
+                echo "--- $(basename $b): convfuse run kb2-91"
+                timeout 100 $b run kb2-91 --iters ${AB_ITERS:-20} 2>&1 | grep -E "^time" | sed -E 's/ \(median.*//' || rc=1
+            done
+        done 2>&1 | tee "$OUT/ctablate.txt" ;;
     latency)  # with .devbuild/base/ (python/ and libconvfuse.so of a baseline), that first, then this build
         if [ -d .devbuild/base ]; then
             echo "--- baseline"
@@ -141,7 +149,7 @@ for step in "$@"; do
     gram)  # training statistics: the CLIs of other commits (bench/ablate.sh ABLATE_BASE=<ref>, ABLATE_REFS) against
            # this build with its knobs (GRAM_KNOBS), alternating, CLI timing; then per-kernel GPU times of both knob ends
         for r in 1 2; do
-            for k in $(cd .devbuild && ls -d convfuse_abl_* 2>/dev/null) DEFAULT=1 ${GRAM_KNOBS:-CONVFUSE_PDL=0}; do
+            for k in $(cd .devbuild && ls -d ${GRAM_BINS:-convfuse_abl_*} 2>/dev/null) DEFAULT=1 ${GRAM_KNOBS:-CONVFUSE_PDL=0}; do
                 b=.devbuild/convfuse; case $k in convfuse_abl_*) b=.devbuild/$k; k=DEFAULT=1 ;; esac
                 [ -x "$b" ] || continue
                 for a in "kb2-73 --mode train" ${GRAM_EVAL:+"kb2-73 --mode eval"}; do

@@ -434,6 +434,8 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
                               (((s.ring + sb * s.slot) >> 4) & 0x3fffu) | (uint32_t)CF_CT_PLANE << 16};
     const uint32_t b_lo = ((s.b >> 4) & 0x3fffu) | 8u << 16;
     float acc[2][32], ax[4];
+    if (CF_CT_ABLATE & 64)
+        ax[0] = ax[1] = ax[2] = ax[3] = 0.f;
     wgmma_fence();
     const int ksteps = (CF_CT_ABLATE & 16) ? 1 : p.ksteps;
     for (int ks = 0; ks < ksteps; ++ks) {
@@ -446,7 +448,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
                     wgmma_ss_m64n64k8_tf32(acc[qw], a_lo[a] + (uint32_t)(2 * ks * CF_CT_PLANE + qw + b), 8u,
                                            b_lo + (uint32_t)((((qw * 2 + a) * 2 + b) * p.ksteps + ks) * 128), 16u,
                                            ks | a | b);
-        if (EXTRA) /* channels x position 64 (column W - 1), tap kw = 3 of column phase 0 */
+        if (EXTRA && !(CF_CT_ABLATE & 64)) /* channels x position 64 (column W - 1), tap kw = 3 of column phase 0 */
 #pragma unroll
             for (int a = 0; a < 2; ++a)
                 wgmma_ss_m64n8k8_tf32(ax, b_lo + (uint32_t)((a * 2 * p.ksteps + ks) * 128), 16u,

@@ -43,8 +43,9 @@
 #define CF_CT_STG_LD 36   /* per-warp store staging: 8 channels x 32 columns (float2 writes conflict-free) */
 #define CF_CT_MAX_WGS 3   /* consumer warpgroups (cf_ct_params.ncw: 2 or 3) */
 /* Timing ablations (development only, outputs wrong; bench/ablate.sh ABLATE_CT_MASKS builds them): 1 no global
- * stores, 2 no input loads (constants), 4 no softmax exchange, 8 no epilogue math, 16 one k8 step per tap; 32 swaps
- * the pair's channel halves between the CTAs (results right: it tells a CTA's fault from a channel's). */
+ * stores, 2 no input loads (constants), 4 no softmax exchange, 8 no epilogue math, 16 one k8 step per tap, 64 no
+ * extra-column products (the m64n8k8 pair per k8 step); 32 swaps the pair's channel halves between the CTAs (results
+ * right: it tells a CTA's fault from a channel's). */
 #ifndef CF_CT_ABLATE
 #define CF_CT_ABLATE 0
 #endif
