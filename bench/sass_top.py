@@ -18,13 +18,15 @@ def main():
     path, rows = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 40
     with open(path, newline="") as f:
         lines = [l for l in f if l.startswith('"')]  # ncu prints its own messages before the table
+    head = next((i for i, l in enumerate(lines) if l.startswith('"Address"')), 0)  # after a "Kernel Name" line
+    lines = lines[head:]
     table = list(csv.DictReader(lines))
     if not table:
         sys.exit(f"{path}: no table")
     cols = list(table[0].keys())
-    stall = next(c for c in cols if c.startswith("Warp Stall Sampling (All"))
+    stall = next(c for c in cols if c and c.startswith("Warp Stall Sampling (All"))
     src = next(c for c in cols if c == "Source")
-    execd = next((c for c in cols if c.startswith("Instructions Executed")), None)
+    execd = next((c for c in cols if c and c.startswith("Instructions Executed")), None)
     total = sum(num(r[stall]) for r in table) or 1.0
     print(f"{len(table)} instructions, {total:.0f} stall samples ({stall})")
     ops, op_exec = Counter(), Counter()
