@@ -73,11 +73,11 @@ __device__ __forceinline__ void gram_zero(gram_acc &acc)
  * addresses and its b rows 8 addresses in distinct banks (cf_gram_params::cs). */
 template <int P, int C, int X, bool EDGE>
 __device__ __forceinline__ void gram_chunk(gram_acc &acc, float4 (&win)[GKH][3], const float *a0, const float *a1,
-                                           const float *b, const int (&dof)[GKH], int c, int ow)
+                                           const float *b, int ls, int c, int ow)
 {
 #pragma unroll
     for (int oy = 0; oy < GKH; ++oy)
-        win[oy][X] = *reinterpret_cast<const float4 *>(b + dof[oy] + 4 * (c + 1));
+        win[oy][X] = *reinterpret_cast<const float4 *>(b + oy * ls + 4 * (c + 1));
     float4 a[2] = {*reinterpret_cast<const float4 *>(a0 + 4 * c), *reinterpret_cast<const float4 *>(a1 + 4 * c)};
     if (EDGE) { /* only the core columns [kw-1, OW) belong to this class */
         const int v = 4 * c;
@@ -119,8 +119,7 @@ __device__ __forceinline__ void gram_cp16(float *dst, const float *src)
 /* The edge columns of a band's rows (the frame classes core row x column 0, 1, OW, OW+1), from the staged band:
  * slot g takes edge column g % 4 and every (slots/4)-th row from g / 4; its sums persist in shared memory (es,
  * 2 x (EO + 1) floats per thread) across the bands. */
-template <class RowF>
-__device__ __forceinline__ void gram_edges(const cf_gram_params &p, RowF row, int chs, float *es, int g, int cig, int cj,
+__device__ __forceinline__ void gram_edges(const cf_gram_params &p, const float *smb, float *es, int g, int cig, int cj,
                                            int ub, int ue)
 {
     constexpr int NE_T = 2 * (GEO + 1); /* a thread's sums: 2 x EO second moments, 2 first moments */
@@ -133,18 +132,16 @@ __device__ __forceinline__ void gram_edges(const cf_gram_params &p, RowF row, in
         t[i] = es[i * CF_GRAM_THREADS + threadIdx.x];
     for (int u = ub + g / 4; u < ue; u += p.slots / 4) {
         const int r = u - ub;
-        const float *r0 = row(r);
-        const int dof[GKH] = {0, (int)(row(r + 1) - r0), (int)(row(r + 2) - r0)};
         float a[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i)
-            a[i] = r0[(2 * cig + i) * chs + 4 + v];
-        const float *b = r0 + cj * chs + 4 + v;
+            a[i] = smb[(size_t)(2 * cig + i) * p.cs + r * p.ls + 4 + v];
+        const float *b = smb + (size_t)cj * p.cs + r * p.ls + 4 + v;
 #pragma unroll
         for (int oy = 0; oy < GKH; ++oy)
 #pragma unroll
             for (int ox = oy == 0 ? 0 : -(GKW - 1); ox < GKW; ++ox) {
-                const float bv = b[dof[oy] + ox]; /* outside the image: never in a window with this position */
+                const float bv = b[oy * p.ls + ox]; /* outside the image: never in a window with this position */
 #pragma unroll
                 for (int i = 0; i < 2; ++i)
                     t[i * GEO + gram_oidx(oy, ox)] = fmaf(a[i], bv, t[i * GEO + gram_oidx(oy, ox)]);
@@ -158,58 +155,6 @@ __device__ __forceinline__ void gram_edges(const cf_gram_params &p, RowF row, in
         es[i * CF_GRAM_THREADS + threadIdx.x] = t[i];
 }
 
-/* The products of a band's (or a ring group's) core rows [ub, ue): the edge columns, then row slot g's rows. row(r)
- * is row r of the band (column -4 of channel 0), chs the channel stride: the band layout [channel][row][ls] and the
- * ring layout [slot][channel][ls] share this code. */
-template <class RowF>
-__device__ __forceinline__ void gram_rows(const cf_gram_params &p, RowF row, int chs, float *es, int g, int cig, int cj,
-                                          int ub, int ue, gram_acc &acc)
-{
-    /* chunks wholly inside the core columns [kw-1, OW) take no mask */
-    const int cin0 = (GKW - 1 + 3) / 4, cin1 = (p.ow - 4) / 4;
-    gram_edges(p, row, chs, es, g, cig, cj, ub, ue);
-    for (int u = ub + g; u < ue; u += p.slots) {
-        const int r = u - ub;
-        const float *r0 = row(r);
-        const int dof[GKH] = {0, (int)(row(r + 1) - r0), (int)(row(r + 2) - r0)};
-        const float *a0 = r0 + 2 * cig * chs + 4, *a1 = a0 + chs;
-        const float *b = r0 + cj * chs + 4;
-        float4 win[GKH][3];
-        auto start = [&](int c) { /* the windows' quads c-1 and c into slots 0 and 1 */
-#pragma unroll
-            for (int oy = 0; oy < GKH; ++oy) {
-                win[oy][0] = *reinterpret_cast<const float4 *>(b + dof[oy] + 4 * (c - 1));
-                win[oy][1] = *reinterpret_cast<const float4 *>(b + dof[oy] + 4 * c);
-            }
-        };
-        auto masked = [&](int c) {
-            start(c);
-            gram_chunk<0, 1, 2, true>(acc, win, a0, a1, b, dof, c, p.ow);
-        };
-        if (cin0 > cin1) { /* no chunk inside the core: all masked */
-            for (int c = p.c0; c <= p.c1; ++c)
-                masked(c);
-            continue;
-        }
-        for (int c = p.c0; c < cin0; ++c) /* the masked chunks at both ends */
-            masked(c);
-        for (int c = cin1 + 1; c <= p.c1; ++c)
-            masked(c);
-        start(cin0);
-        for (int c = cin0;;) {
-            gram_chunk<0, 1, 2, false>(acc, win, a0, a1, b, dof, c, p.ow);
-            if (++c > cin1)
-                break;
-            gram_chunk<1, 2, 0, false>(acc, win, a0, a1, b, dof, c, p.ow);
-            if (++c > cin1)
-                break;
-            gram_chunk<2, 0, 1, false>(acc, win, a0, a1, b, dof, c, p.ow);
-            if (++c > cin1)
-                break;
-        }
-    }
-}
-
 __device__ void gram_main(const cf_gram_params &p, float *sm, float *es, uint32_t bar, const float *shift, int m, int g,
                           int cig, int cj, gram_acc &acc)
 {
@@ -219,6 +164,8 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, float *es, uint32_
     const size_t hw = (size_t)p.h * p.w;
     const bool vec = (p.w % 4 == 0) && ((uintptr_t)p.src % 16 == 0);
     const int nq = (p.w + 3) / 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
+    /* chunks wholly inside the core columns [kw-1, OW) take no mask */
+    const int cin0 = (GKW - 1 + 3) / 4, cin1 = (p.ow - 4) / 4;
     /* this CTA's share of the batch's core rows, in bands of at most rb rows within one image */
     const int r_begin = (int)(rows * m / p.main_ctas);
     const size_t buf_floats = (size_t)p.cinp * p.cs;
@@ -304,111 +251,47 @@ __device__ void gram_main(const cf_gram_params &p, float *sm, float *es, uint32_
             }
             __syncthreads();
         }
-        if (g < p.slots && !(p.debug & 2))
-            gram_rows(p, [&](int r) { return smb + r * p.ls; }, p.cs, es, g, cig, cj, ub, ue, acc);
-    }
-}
-
-/* TMA ring mode: the share's core rows in groups of at most rb rows within an image (one row per row slot). The input
- * rows the groups need form one sequence (an image's rows [ub, ue + kh - 1) once each: consecutive groups of an image
- * share kh - 1 rows); sequence position l lives in ring slot l % ring_slots, [channel][ls]. While group k is
- * computed, the rows of group k + 1 are already on their way (they go to slots group k does not use; where they do not
- * fit, the group is shortened, and where it is an image's first group and still does not fit, its copies wait for the
- * end of group k). One CTA barrier per group: after the new rows' shift, before the next copies. */
-struct gram_group {
-    int n, row0, cnt, a, b; /* image, first core row - (kh-1), rows, sequence positions [a, b) */
-};
-
-__device__ void gram_main_ring(const cf_gram_params &p, float *sm, float *es, uint32_t bar, const float *shift, int m,
-                               int g, int cig, int cj, gram_acc &acc)
-{
-    const int core_rows = p.oh - (GKH - 1), RS = p.ring_slots;
-    const long long rows = (long long)p.n * core_rows;
-    const int r_begin = (int)(rows * m / p.main_ctas), r_end = (int)(rows * (m + 1) / p.main_ctas);
-    if (r_begin >= r_end)
-        return;
-    /* the group at core row rr after `prev` (prev.b = 0: none), at most `cap` rows */
-    auto make = [&](int rr, const gram_group &prev, int cap) {
-        gram_group q;
-        q.n = rr / core_rows;
-        q.row0 = rr - q.n * core_rows;
-        q.cnt = min(cap, min(core_rows - q.row0, r_end - rr));
-        const bool cont = prev.b > 0 && q.n == prev.n && q.row0 == prev.row0 + prev.cnt;
-        q.a = cont ? prev.a + prev.cnt : prev.b;
-        q.b = q.a + q.cnt + GKH - 1;
-        return q;
-    };
-    /* thread 0: the copies of q's rows from sequence position `from` on, completing on barrier `bq` */
-    auto issue = [&](const gram_group &q, int from, uint32_t bq) {
-        ig_mbar_expect(bq, (uint32_t)((q.b - from) * p.cin * p.ls * 4));
-        for (int l = from; l < q.b; ++l)
-            ig_tma_copy4d(&p.tmap, (uint32_t)__cvta_generic_to_shared(sm + (size_t)(l % RS) * p.rs), bq, -4,
-                          GKH - 1 + q.row0 + (l - q.a), 0, q.n);
-    };
-    /* this thread's quads of a row's [channel][ls] (C_in ls / 4 <= 2 x 256 quads: ls <= 256) and their shifts */
-    int sq[2];
-    float sh[2];
+        if (g >= p.slots || (p.debug & 2))
+            continue;
+        gram_edges(p, smb, es, g, cig, cj, ub, ue);
+        for (int u = ub + g; u < ue; u += p.slots) {
+            const int r = u - ub;
+            const float *a0 = smb + (size_t)(2 * cig) * p.cs + r * p.ls + 4, *a1 = a0 + p.cs;
+            const float *b = smb + (size_t)cj * p.cs + r * p.ls + 4;
+            float4 win[GKH][3];
+            auto start = [&](int c) { /* the windows' quads c-1 and c into slots 0 and 1 */
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int i = threadIdx.x + h * blockDim.x;
-        sq[h] = i < p.cin * p.ls / 4 ? i : -1;
-        sh[h] = sq[h] >= 0 ? shift[i / (p.ls / 4)] : 0.f;
-    }
-    gram_group none;
-    none.n = -1;
-    none.row0 = none.cnt = none.a = none.b = 0;
-    gram_group cur = make(r_begin, none, p.rb);
-    if (threadIdx.x == 0)
-        issue(cur, 0, bar);
-    bool issued = true;
-    int from = 0;           /* the first sequence position the current group brought */
-    uint32_t phases = 0;    /* bit b: the parity to wait for on barrier b */
-    for (int rr = r_begin, k = 0; rr < r_end; ++k) {
-        const int bb = k & 1;
-        if (!issued) { /* the group's rows did not fit beside the last group's: copied now that it is done */
-            fence_proxy_async();
-            __syncthreads();
-            if (threadIdx.x == 0)
-                issue(cur, from, bar + 8 * bb);
-        }
-        ig_mbar_wait(bar + 8 * bb, phases >> bb & 1);
-        phases ^= 1u << bb;
-        /* the shift of the rows this group brought, the zeros outside the image too (see gram_main) */
-        for (int l = from; l < cur.b; ++l) {
-            float4 *row = reinterpret_cast<float4 *>(sm + (size_t)(l % RS) * p.rs);
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                if (sq[h] >= 0) {
-                    float4 x = row[sq[h]];
-                    x.x -= sh[h];
-                    x.y -= sh[h];
-                    x.z -= sh[h];
-                    x.w -= sh[h];
-                    row[sq[h]] = x;
+                for (int oy = 0; oy < GKH; ++oy) {
+                    win[oy][0] = *reinterpret_cast<const float4 *>(b + oy * p.ls + 4 * (c - 1));
+                    win[oy][1] = *reinterpret_cast<const float4 *>(b + oy * p.ls + 4 * c);
                 }
+            };
+            auto masked = [&](int c) {
+                start(c);
+                gram_chunk<0, 1, 2, true>(acc, win, a0, a1, b, p.ls, c, p.ow);
+            };
+            if (cin0 > cin1) { /* no chunk inside the core: all masked */
+                for (int c = p.c0; c <= p.c1; ++c)
+                    masked(c);
+                continue;
+            }
+            for (int c = p.c0; c < cin0; ++c) /* the masked chunks at both ends */
+                masked(c);
+            for (int c = cin1 + 1; c <= p.c1; ++c)
+                masked(c);
+            start(cin0);
+            for (int c = cin0;;) {
+                gram_chunk<0, 1, 2, false>(acc, win, a0, a1, b, p.ls, c, p.ow);
+                if (++c > cin1)
+                    break;
+                gram_chunk<1, 2, 0, false>(acc, win, a0, a1, b, p.ls, c, p.ow);
+                if (++c > cin1)
+                    break;
+                gram_chunk<2, 0, 1, false>(acc, win, a0, a1, b, p.ls, c, p.ow);
+                if (++c > cin1)
+                    break;
+            }
         }
-        const int rr_next = rr + cur.cnt;
-        gram_group nx = none;
-        issued = true;
-        if (rr_next < r_end) {
-            /* the next group fits beside this one: positions [cur.a, nx.b) within RS slots */
-            nx = make(rr_next, cur, p.rb);
-            const int room = RS - (cur.b - cur.a) - (nx.a == cur.b ? GKH - 1 : 0);
-            if (nx.cnt > room && room >= 1)
-                nx = make(rr_next, cur, room);
-            issued = nx.b - cur.a <= RS;
-        }
-        fence_proxy_async(); /* this thread's reads of the slots the next copies overwrite (older groups) */
-        __syncthreads();     /* the shift is done; every thread is past the last group's rows */
-        if (issued && rr_next < r_end && threadIdx.x == 0)
-            issue(nx, cur.b, bar + 8 * (bb ^ 1));
-        const int sa = cur.a % RS;
-        if (g < p.slots && !(p.debug & 2))
-            gram_rows(p, [&](int r) { const int sl = sa + r; return sm + (size_t)(sl < RS ? sl : sl - RS) * p.rs; },
-                      p.ls, es, g, cig, cj, GKH - 1 + cur.row0, GKH - 1 + cur.row0 + cur.cnt, acc);
-        from = cur.b;
-        cur = nx;
-        rr = rr_next;
     }
 }
 
@@ -577,15 +460,9 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
             ig_mbar_init(bar + 8, 1);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
-        if (p.ring) { /* the padding channel (odd C_in) of every slot, which the boxes do not cover */
-            if (p.cinp != p.cin)
-                for (int i = threadIdx.x; i < p.ring_slots * p.rs / 4; i += blockDim.x)
-                    gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        } else {
-            for (int buf = 0; buf < p.bufs; ++buf) /* the padding channel (odd C_in), which the boxes do not cover */
-                for (int i = p.cin * p.cs / 4 + threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
-                    gram_smem[buf * p.cinp * p.cs / 4 + i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        for (int buf = 0; buf < p.bufs; ++buf) /* the padding channel (odd C_in), which the boxes do not cover */
+            for (int i = p.cin * p.cs / 4 + threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
+                gram_smem[buf * p.cinp * p.cs / 4 + i] = make_float4(0.f, 0.f, 0.f, 0.f);
     } else { /* the guard quads, rows past the data and the padding channel stay zero */
         for (int i = threadIdx.x; i < p.cinp * p.cs / 4; i += blockDim.x)
             gram_smem[i] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -609,10 +486,7 @@ __global__ void __launch_bounds__(CF_GRAM_THREADS, 2) cf_gram_kernel(const __gri
         fence_proxy_async();
         __syncthreads();
     }
-    if (p.ring)
-        gram_main_ring(p, sm, es, bar, shift, b, g, cig, cj, acc);
-    else
-        gram_main(p, sm, es, bar, shift, b, g, cig, cj, acc);
+    gram_main(p, sm, es, bar, shift, b, g, cig, cj, acc);
     gram_flush(p, sm, g, cig, cj, acc, b);
     for (int e = 0; e < 4; ++e) {
         const bool mine = g < p.slots - p.slots % 4 && g % 4 == e;
@@ -821,8 +695,7 @@ static int gram_env(void)
 }
 
 /* The geometry of the Gram pass for this plan, or false and why. */
-static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p, char *why, size_t why_size,
-                          bool ring_ok = true)
+static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p, char *why, size_t why_size)
 {
     const cf_conv_desc_t *d = &plan->conv;
     memset(p, 0, sizeof *p);
@@ -875,23 +748,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
     /* TMA: rb core rows + kh - 1 partner rows per band, the box's rows made odd; one buffer (two CTAs per SM: one
      * stages while the other computes) or two (CONVFUSE_GRAM_BUFS=2: the next band lands during this one's products) */
     p->bufs = cf_env_int("CONVFUSE_GRAM_BUFS", 1, 1, 2);
-    p->ring = ring_ok && p->tma_geometry && cf_env_int("CONVFUSE_GRAM_RING", 1, 0, 1);
-    if (p->ring) {
-        /* TMA ring: slots of one input row, [channel][ls] with ls / 4 odd (a warp's loads in distinct banks), 128-byte
-         * aligned; groups of one core row per row slot where two groups (2 rb + kh - 1 rows) fit the ring */
-        p->ls = ls_tma;
-        p->rs = (p->cinp * p->ls + 31) / 32 * 32;
-        p->ring_slots = (int)(limit / ((size_t)p->rs * 4));
-        if (p->ring_slots > 64)
-            p->ring_slots = 64;
-        const int fit = (p->ring_slots - (CF_GRAM_KH - 1)) / 2;
-        p->rb = cf_env_int("CONVFUSE_GRAM_RB", p->slots < fit ? p->slots : fit, 1, 64);
-        p->box_rows = 1;
-        p->cs = p->rs;
-        if (p->ring_slots < p->rb + CF_GRAM_KH - 1 || fit < 1)
-            p->ring = p->tma_geometry = 0; /* rows too wide for a ring: the band layout below */
-    }
-    if (p->tma_geometry && !p->ring) {
+    if (p->tma_geometry) {
         p->ls = ls_tma;
         for (p->rb = cf_env_int("CONVFUSE_GRAM_RB", 16, 1, 64);; p->rb = (p->rb + 1) / 2) {
             p->box_rows = (p->rb + CF_GRAM_KH - 1) | 1;
@@ -911,7 +768,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
                 break;
         }
     }
-    if (!p->ring && (size_t)p->cinp * p->cs * 4 > limit) {
+    if ((size_t)p->cinp * p->cs * 4 > limit) {
         snprintf(why, why_size, "statistics from the input Gram: rows of %d floats do not fit shared memory", p->w);
         return false;
     }
@@ -961,8 +818,7 @@ static bool gram_geometry(const struct cf_plan *plan, int bn, cf_gram_params *p,
  * the edge columns' sums at es_off, which this sets. */
 static size_t gram_smem_layout(cf_gram_params *p)
 {
-    const size_t stage = p->ring ? (size_t)p->ring_slots * p->rs : (size_t)(p->tma_geometry ? p->bufs : 1) * p->cinp * p->cs,
-                 red = (size_t)p->slots * p->ne;
+    const size_t stage = (size_t)(p->tma_geometry ? p->bufs : 1) * p->cinp * p->cs, red = (size_t)p->slots * p->ne;
     p->es_off = (int)(stage > red ? stage : red);
     const size_t edges = (size_t)2 * (CF_GRAM_EO + 1) * CF_GRAM_THREADS;
     return 128 + (p->es_off + edges) * 4; /* + the alignment of the TMA destination */
@@ -1003,22 +859,8 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
         return CF_STATUS_SUCCESS;
     cf_gram_params p;
     char why[256];
-    /* the TMA ring needs the map (a 16-byte aligned input); without it, the band layout staged by copies */
-    for (bool ring_ok = (uintptr_t)args->src % 16 == 0;; ring_ok = false) {
-        if (!gram_geometry(plan, bn, &p, why, sizeof why, ring_ok))
-            return CF_STATUS_SUCCESS;
-        p.tma = 0;
-        if (p.tma_geometry && (uintptr_t)args->src % 16 == 0) {
-            const cuuint64_t dim[4] = {(cuuint64_t)p.w, (cuuint64_t)p.h, (cuuint64_t)p.cin, (cuuint64_t)p.n};
-            const cuuint64_t stride[3] = {(cuuint64_t)p.w * 4, (cuuint64_t)p.h * p.w * 4,
-                                          (cuuint64_t)p.cin * p.h * p.w * 4};
-            const cuuint32_t box[4] = {(cuuint32_t)p.ls, (cuuint32_t)p.box_rows, (cuuint32_t)p.cin, 1};
-            p.tma = cf_tmap_f32(&p.tmap, args->src, 4, dim, stride, box, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-        }
-        if (!p.ring || p.tma)
-            break;
-    }
+    if (!gram_geometry(plan, bn, &p, why, sizeof why))
+        return CF_STATUS_SUCCESS;
     p.src = args->src;
     p.wei = args->wei;
     p.bia = plan->conv.has_bias ? args->bia : NULL;
@@ -1036,6 +878,14 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     if (p.debug)
         fprintf(stderr, "convfuse: CONVFUSE_GRAM_DEBUG=%d skips part of the Gram statistics: the batch norm's output "
                         "is WRONG (for timing the parts only)\n", p.debug);
+    p.tma = 0;
+    if (p.tma_geometry && (uintptr_t)p.src % 16 == 0) {
+        const cuuint64_t dim[4] = {(cuuint64_t)p.w, (cuuint64_t)p.h, (cuuint64_t)p.cin, (cuuint64_t)p.n};
+        const cuuint64_t stride[3] = {(cuuint64_t)p.w * 4, (cuuint64_t)p.h * p.w * 4, (cuuint64_t)p.cin * p.h * p.w * 4};
+        const cuuint32_t box[4] = {(cuuint32_t)p.ls, (cuuint32_t)p.box_rows, (cuuint32_t)p.cin, 1};
+        p.tma = cf_tmap_f32(&p.tmap, p.src, 4, dim, stride, box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+    }
     const size_t smem = gram_smem_layout(&p);
     cf_status_t st = gram_set_attr(false);
     if (st != CF_STATUS_SUCCESS)
@@ -1054,11 +904,9 @@ cf_status_t cf_gram_launch(const struct cf_plan *plan, const cf_args_t *args, in
     CF_CUDA_TRY(cf::cf_launch(cf::cf_gram_stats_kernel, dim3((unsigned)p.cout), dim3(256), 0, stream, pdl, p));
     if (cf_verbose("launch"))
         fprintf(stderr,
-                "convfuse: launch: batch-norm statistics from the input Gram (CTAs=%d, %s of %d rows staged by %s, "
-                "ring slots=%d, frame jobs=%d, smem=%zu); the direct statistics pass runs only if the device-side guard "
-                "refuses them\n",
-                p.main_ctas, p.ring ? "groups" : "bands", p.rb, p.tma ? "TMA" : "copies", p.ring ? p.ring_slots : 0,
-                p.frame_jobs, smem);
+                "convfuse: launch: batch-norm statistics from the input Gram (CTAs=%d, bands of %d rows staged by %s, "
+                "frame jobs=%d, smem=%zu); the direct statistics pass runs only if the device-side guard refuses them\n",
+                p.main_ctas, p.rb, p.tma ? "TMA" : "copies", p.frame_jobs, smem);
     if (cf_verbose("gram")) { /* debugging only: waits for the device to report its decision */
         int flag[2] = {0, 0};
         CF_CUDA_TRY(cudaStreamSynchronize(stream));

@@ -47,11 +47,7 @@ struct cf_gram_params {
     int tma;          /* the map is set: stage by TMA (else cp.async / plain copies) */
     int tma_geometry; /* the layout admits the TMA box (W a multiple of 4, ls and rows as below) */
     int box_rows;     /* rows per box: rb + kh - 1, made odd */
-    int bufs;         /* staging buffers (TMA band mode): 1 or 2 */
-    /* TMA ring mode (ring = 1, the default with TMA): the input rows in a ring of ring_slots slots of rs floats, each
-     * [channel][ls] (one box {ls, 1, C_in, 1} per row); the core rows in groups of at most rb (one per row slot),
-     * and the rows of the next group copied while this one is computed */
-    int ring, ring_slots, rs;
+    int bufs;         /* staging buffers (TMA): 1 or 2 */
     int es_off;       /* floats from the staging base to the edge columns' sums (past staging and flush area) */
     int debug;        /* CONVFUSE_GRAM_DEBUG, for timing the parts: 1 skips the frame jobs, 2 the core products */
     int frame_first;  /* CONVFUSE_GRAM_FRAME_FIRST (default 1): the second half of the grid does its frame job first */
