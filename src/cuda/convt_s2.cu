@@ -438,6 +438,7 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
         ax[0] = ax[1] = ax[2] = ax[3] = 0.f;
     wgmma_fence();
     const int ksteps = (CF_CT_ABLATE & 16) ? 1 : p.ksteps;
+#pragma unroll 8
     for (int ks = 0; ks < ksteps; ++ks) {
 #pragma unroll
         for (int qw = 0; qw < 2; ++qw)
