@@ -130,9 +130,10 @@ for step in "$@"; do
                 timeout 200 $b run $a --iters ${AB_ITERS:-20} 2>&1 | grep -E "^time" | sed -E 's/ \(median.*//' || rc=1
             done
         done 2>&1 | tee "$OUT/ablate.txt" ;;
-    ctablate)  # KB2-91 on this build and the convt_s2 ablation builds (bench/ablate.sh ABLATE_CT_MASKS), twice in turn
-        for r in 1 2; do
-            for b in .devbuild/convfuse .devbuild/convfuse_abl_ct*; do
+    ctablate)  # KB2-91 on this build and the convt_s2 ablation builds (bench/ablate.sh ABLATE_CT_MASKS; CT_BINS: other
+               # staged CLIs, e.g. convfuse_abl_head), CT_ROUNDS times in turn
+        for r in $(seq ${CT_ROUNDS:-2}); do
+            for b in .devbuild/convfuse $(ls -d .devbuild/${CT_BINS:-convfuse_abl_ct*} 2>/dev/null); do
                 [ -x "$b" ] || continue
                 echo "--- $(basename $b): convfuse run kb2-91"
                 timeout 100 $b run kb2-91 --iters ${AB_ITERS:-20} 2>&1 | grep -E "^time" | sed -E 's/ \(median.*//' || rc=1
