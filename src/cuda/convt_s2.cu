@@ -215,8 +215,8 @@ __device__ void ct_load_b(const cf_ct_params &p, const ct_smem &s, int qh, int c
             v = __ldg(reinterpret_cast<const float4 *>(p.wei + ((int64_t)(ci * p.cout + co) * 4 + kh) * 4));
         const int ks = ci >> 3, k = ci & 7;
         const uint32_t off = (uint32_t)((k >> 2) * 128 + (nn >> 3) * 256 + (nn & 7) * 16 + (k & 3) * 4);
-        const uint32_t tile = 2048u * (uint32_t)p.ksteps;
-        const uint32_t t00 = s.b + (uint32_t)(a * 2 * p.ksteps + ks) * 2048u + off; /* (qw 0, a, b 0) */
+        const uint32_t tile = 2048u; /* [k8 step][(qw, a, b)]: tile (qw, a, b) of step ks at 2048 (8 ks + 4 qw + 2 a + b) */
+        const uint32_t t00 = s.b + (uint32_t)(8 * ks + 2 * a) * 2048u + off; /* (qw 0, a, b 0) */
         ct_sts32(t00, cf_tf32_rna(v.w));            /* kw 3: qw 0, b 0 */
         ct_sts32(t00 + tile, cf_tf32_rna(v.y));     /* kw 1: qw 0, b 1 */
         ct_sts32(t00 + 4 * tile, cf_tf32_rna(v.z)); /* kw 2: qw 1, b 0 */
@@ -447,12 +447,12 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
 #pragma unroll
                 for (int b = 0; b < 2; ++b) /* column tap b at position 1 + (qw - 1 + b) */
                     wgmma_ss_m64n64k8_tf32(acc[qw], a_lo[a] + (uint32_t)(2 * ks * CF_CT_PLANE + qw + b), 8u,
-                                           b_lo + (uint32_t)((((qw * 2 + a) * 2 + b) * p.ksteps + ks) * 128), 16u,
+                                           b_lo + (uint32_t)((8 * ks + (qw * 2 + a) * 2 + b) * 128), 16u,
                                            ks | a | b);
         if (EXTRA && !(CF_CT_ABLATE & 64)) /* channels x position 64 (column W - 1), tap kw = 3 of column phase 0 */
 #pragma unroll
             for (int a = 0; a < 2; ++a)
-                wgmma_ss_m64n8k8_tf32(ax, b_lo + (uint32_t)((a * 2 * p.ksteps + ks) * 128), 16u,
+                wgmma_ss_m64n8k8_tf32(ax, b_lo + (uint32_t)((8 * ks + 2 * a) * 128), 16u,
                                       a_lo[a] + (uint32_t)(2 * ks * CF_CT_PLANE + CF_CT_SEG), 8u, ks | a);
     }
     wgmma_commit();
