@@ -203,7 +203,7 @@ __device__ void ct_producer(const cf_ct_params &p, const ct_smem &s, int qh, int
 
 /* ---- consumers: set-up -------------------------------------------------------------------------------------- */
 
-/* B tile (qw, a, b, k8 step) for channels c0..c0+63: 64 channels x 8 k in core matrices of 8 channels x 4 k
+/* B tile (k8 step, qw, a, b) for channels c0..c0+63: 64 channels x 8 k in core matrices of 8 channels x 4 k
  * (k-core at +128 B, 8-channel group at +256 B), TF32-rounded. One 16-byte load of the weights holds the 4 kw of a
  * (ci, co, kh): kw = 3 - qw - 2b spreads them over the four (qw, b) tiles. */
 __device__ void ct_load_b(const cf_ct_params &p, const ct_smem &s, int qh, int c0, int ctid)
@@ -438,6 +438,8 @@ __device__ __forceinline__ void ct_tile(const cf_ct_params &p, const ct_smem &s,
         ax[0] = ax[1] = ax[2] = ax[3] = 0.f;
     wgmma_fence();
     const int ksteps = (CF_CT_ABLATE & 16) ? 1 : p.ksteps;
+    /* unrolled by the largest step count (C_in <= 64): ptxas puts a warpgroup.arrive at the head of a wgmma loop
+     * (C7519), which closed a wgmma group every k8 step; unrolled, a tile's wgmma are one group */
 #pragma unroll 8
     for (int ks = 0; ks < ksteps; ++ks) {
 #pragma unroll
