@@ -123,22 +123,21 @@ for step in "$@"; do
         for n in 256 1024; do
             echo "--- convfuse run kb2-91 --batch $n"; timeout 240 .devbuild/convfuse run kb2-91 --batch $n --iters 5 2>&1 | tail -6 || rc=1
         done ;;
-    ablate)  # CLI timings with parts of the fused kernel switched off (bench/ablate.sh staged them; outputs wrong)
-        for a in "kb2-91" "kb2-73 --mode eval" "kb2-73 --mode train"; do
-            for b in .devbuild/convfuse .devbuild/convfuse_abl*; do
-                echo "--- $(basename $b): convfuse run $a"
-                timeout 200 $b run $a --iters ${AB_ITERS:-20} 2>&1 | grep -E "^time" | sed -E 's/ \(median.*//' || rc=1
+    ablate|ctablate)  # CLI timings of this build and staged CLIs (bench/ablate.sh; ablation builds' outputs are
+           # wrong): ablate times every convfuse_abl* on the three blocks, ctablate the convt_s2 ablation builds
+           # (ABLATE_CT_MASKS) on KB2-91; AB_BINS (a glob in .devbuild), AB_BLOCKS (comma-separated), AB_ROUNDS override
+        bins=${AB_BINS:-convfuse_abl*}; blocks=${AB_BLOCKS:-kb2-91,kb2-73 --mode eval,kb2-73 --mode train}
+        if [ "$step" = ctablate ]; then bins=${AB_BINS:-convfuse_abl_ct*}; blocks=${AB_BLOCKS:-kb2-91}; fi
+        IFS=, read -ra blks <<< "$blocks"
+        for r in $(seq ${AB_ROUNDS:-1}); do
+            for a in "${blks[@]}"; do
+                for b in .devbuild/convfuse $(ls -d .devbuild/$bins 2>/dev/null); do
+                    [ -x "$b" ] || continue
+                    echo "--- $(basename $b): convfuse run $a"
+                    timeout 200 $b run $a --iters ${AB_ITERS:-20} 2>&1 | grep -E "^time" | sed -E 's/ \(median.*//' || rc=1
+                done
             done
-        done 2>&1 | tee "$OUT/ablate.txt" ;;
-    ctablate)  # KB2-91 on this build and the convt_s2 ablation builds (bench/ablate.sh ABLATE_CT_MASKS; CT_BINS: other
-               # staged CLIs, e.g. convfuse_abl_head), CT_ROUNDS times in turn
-        for r in $(seq ${CT_ROUNDS:-2}); do
-            for b in .devbuild/convfuse $(ls -d .devbuild/${CT_BINS:-convfuse_abl_ct*} 2>/dev/null); do
-                [ -x "$b" ] || continue
-                echo "--- $(basename $b): convfuse run kb2-91"
-                timeout 100 $b run kb2-91 --iters ${AB_ITERS:-20} 2>&1 | grep -E "^time" | sed -E 's/ \(median.*//' || rc=1
-            done
-        done 2>&1 | tee "$OUT/ctablate.txt" ;;
+        done 2>&1 | tee "$OUT/$step.txt" ;;
     latency)  # with .devbuild/base/ (python/ and libconvfuse.so of a baseline), that first, then this build
         if [ -d .devbuild/base ]; then
             echo "--- baseline"
